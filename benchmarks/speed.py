@@ -1,0 +1,93 @@
+"""Training speed and final greedy return, per case and number of seeds.
+
+    python benchmarks/speed.py                       # every case, 1 then 8 seeds
+    python benchmarks/speed.py --case ppo:CartPole-v1 --seeds 8
+
+Each (case, seeds) pair runs in a fresh Python process, so that `total_s` counts
+everything a user waits for: interpreter start, imports, compilation, training.
+Hyperparameters are the tuned ones in `experiments/configs/<agent>.yaml`.
+Prints one JSON object per line.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+CASES = ["ppo:CartPole-v1", "dqn:CartPole-v1", "ppo:Pendulum-v1"]
+EVAL_EPISODES = 128
+
+
+def child(case: str, num_seeds: int, t_launch: float, seed: int) -> dict:
+    import jax.random as jr
+
+    import envs
+    import runners
+    import zoo
+    from experiments.configs import tuned
+
+    agent_name, env_name = case.split(":")
+    block = tuned(agent_name, env_name)
+    if block is None:
+        raise SystemExit(f"no tuned config for {case}")
+    agent = zoo.make(agent_name, **block.get("hp", {}))
+    env = envs.make(env_name)
+    result = runners.run(
+        agent,
+        env,
+        key=jr.PRNGKey(seed),
+        total_steps=block["total_steps"],
+        num_envs=block["num_envs"],
+        num_seeds=num_seeds,
+        eval_episodes=EVAL_EPISODES,
+    )
+    total_s = time.time() - t_launch
+    returns = result.final_returns.mean(axis=1)
+    return {
+        "agent": agent_name,
+        "env": env_name,
+        "num_seeds": num_seeds,
+        "total_steps": result.total_steps,
+        "num_envs": block["num_envs"],
+        "compile_s": round(result.compile_s, 3),
+        "train_s": round(result.train_s, 3),
+        "total_s": round(total_s, 3),
+        "steps_per_s": round(result.total_steps * num_seeds / result.train_s),
+        "eval_returns": [round(float(r), 2) for r in returns],
+        "eval_return_mean": round(float(returns.mean()), 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", action="append", choices=CASES, help="agent:env")
+    parser.add_argument("--seeds", type=int, action="append", help="number of seeds")
+    parser.add_argument("--seed", type=int, default=0, help="base PRNG seed")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--t-launch", type=float, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.case[0], args.seeds[0], args.t_launch, args.seed)))
+        return
+    env = dict(os.environ)
+    # jax 0.10 on 2 CPU cores can hang with many vmapped seeds without this.
+    flags = env.get("XLA_FLAGS", "")
+    if "concurrency_optimized_scheduler" not in flags:
+        flags += " --xla_cpu_enable_concurrency_optimized_scheduler=false"
+    env["XLA_FLAGS"] = flags.strip()
+    for case in args.case or CASES:
+        for seeds in args.seeds or [1, 8]:
+            cmd = [sys.executable, __file__, "--child", "--case", case]
+            cmd += ["--seeds", str(seeds), "--seed", str(args.seed)]
+            cmd += ["--t-launch", repr(time.time())]
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if out.returncode:
+                sys.stderr.write(out.stderr)
+                raise SystemExit(f"benchmark {case} with {seeds} seeds failed")
+            print(out.stdout.strip().splitlines()[-1], flush=True)
+
+
+if __name__ == "__main__":
+    main()

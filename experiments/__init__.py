@@ -1,0 +1,1 @@
+"""Sacred experiments around the zoo: `python -m experiments.run with agent=dqn`."""

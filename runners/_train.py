@@ -1,0 +1,174 @@
+"""The compiled part: one `lax.scan` over training iterations, envs vmapped."""
+
+from typing import final
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
+
+from envs import AbstractEnv, EpisodeStatistics
+from zoo import AbstractAgent, Transition
+
+
+@final
+class TrainState(eqx.Module):
+    """Everything a run carries from one iteration to the next, for one seed.
+
+    Iteration `i` draws its randomness from `fold_in(key, i)`, so a run split into
+    chunks of any size (or resumed from a checkpoint) sees the same keys as one that
+    ran in a single call.
+    """
+
+    agent_state: PyTree
+    memory: PyTree
+    env_state: PyTree
+    obs: Shaped[Array, "envs ..."]
+    key: PRNGKeyArray
+    iteration: Int[Array, ""]
+    env_steps: Int[Array, ""]
+
+
+def steps_per_iteration(agent: AbstractAgent, num_envs: int) -> int:
+    return num_envs * agent.num_steps
+
+
+def validate(
+    agent: AbstractAgent, env: AbstractEnv, num_envs: int, total_steps: int
+) -> None:
+    """Raise `ValueError` for a configuration that cannot train, before compiling."""
+    if not isinstance(num_envs, int) or num_envs <= 0:
+        raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+    if not isinstance(total_steps, int) or total_steps <= 0:
+        raise ValueError(f"total_steps must be a positive integer, got {total_steps!r}")
+    agent.check(env.observation_space, env.action_space, num_envs)
+
+
+def _wrap(env: AbstractEnv) -> EpisodeStatistics:
+    return EpisodeStatistics(env)
+
+
+def init(
+    agent: AbstractAgent,
+    env: AbstractEnv,
+    *,
+    key: PRNGKeyArray,
+    num_envs: int,
+    total_steps: int,
+) -> TrainState:
+    """The state a run starts from: fresh agent state, empty memory, reset envs."""
+    validate(agent, env, num_envs, total_steps)
+    wrapped = _wrap(env)
+    k_agent, k_env, k_example, k_run = jr.split(key, 4)
+    agent_state = agent.init(
+        env.observation_space,
+        env.action_space,
+        key=k_agent,
+        num_envs=num_envs,
+        total_steps=total_steps,
+    )
+    obs, env_state = jax.vmap(wrapped.reset)(jr.split(k_env, num_envs))
+    # Shapes and dtypes of one transition, to size the memory.
+    example = jax.eval_shape(
+        lambda: _transition(agent, wrapped, agent_state, obs, env_state, k_example)[0]
+    )
+    example = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), example)
+    memory = agent.memory.init(example, num_envs)
+    zero = jnp.array(0, jnp.int32)
+    return TrainState(agent_state, memory, env_state, obs, k_run, zero, zero)
+
+
+def _transition(agent, env, agent_state, obs, env_state, key):
+    """One step of every env: `(Transition[num_envs], env_state, obs, info)`."""
+    num_envs = obs.shape[0]
+    k_act, k_env = jr.split(key)
+    action, extras = jax.vmap(lambda o, k: agent.act(agent_state, o, key=k))(
+        obs, jr.split(k_act, num_envs)
+    )
+    next_obs, env_state, reward, terminated, truncated, info = jax.vmap(env.step)(
+        jr.split(k_env, num_envs), env_state, action
+    )
+    transition = Transition(
+        obs, action, reward, terminated, truncated, info["final_observation"], extras
+    )
+    return transition, env_state, next_obs, info
+
+
+def _iteration(agent: AbstractAgent, env: AbstractEnv, state: TrainState):
+    key = jr.fold_in(state.key, state.iteration)
+    k_collect, k_update = jr.split(key)
+
+    def env_step(carry, k):
+        env_state, obs = carry
+        transition, env_state, obs, info = _transition(
+            agent, env, state.agent_state, obs, env_state, k
+        )
+        stats = (info["episode_return"], info["episode_length"], info["episode_done"])
+        return (env_state, obs), (transition, stats)
+
+    (env_state, obs), (trajectory, (ep_return, ep_length, ep_done)) = jax.lax.scan(
+        env_step, (state.env_state, state.obs), jr.split(k_collect, agent.num_steps)
+    )
+    memory = agent.memory.add(state.memory, trajectory)
+    agent_state, metrics = agent.update(state.agent_state, memory, key=k_update)
+    done = ep_done.astype(jnp.float32)
+    metrics = {
+        **metrics,
+        "episodes": jnp.sum(done),
+        "episode_return_sum": jnp.sum(ep_return * done),
+        "episode_length_sum": jnp.sum(ep_length * done),
+    }
+    steps = ep_done.size
+    new = TrainState(
+        agent_state,
+        memory,
+        env_state,
+        obs,
+        state.key,
+        state.iteration + 1,
+        state.env_steps + steps,
+    )
+    return new, metrics
+
+
+def train_chunk(
+    agent: AbstractAgent, env: AbstractEnv, state: TrainState, num_iterations: int
+) -> tuple[TrainState, dict[str, Float[Array, " iterations"]]]:
+    """Run `num_iterations` iterations in one `lax.scan`; metrics are stacked."""
+    wrapped = _wrap(env)
+    return jax.lax.scan(
+        lambda s, _: _iteration(agent, wrapped, s), state, None, length=num_iterations
+    )
+
+
+def num_iterations(agent: AbstractAgent, num_envs: int, total_steps: int) -> int:
+    """Iterations needed for at least `total_steps` env steps (all envs together)."""
+    per = steps_per_iteration(agent, num_envs)
+    return -(-total_steps // per)
+
+
+@eqx.filter_jit
+def train(
+    agent: AbstractAgent,
+    env: AbstractEnv,
+    *,
+    key: PRNGKeyArray,
+    total_steps: int,
+    num_envs: int = 8,
+) -> tuple[TrainState, dict[str, Float[Array, " iterations"]]]:
+    """Train `agent` on `env` for `total_steps` env steps in one compiled call.
+
+    Pure and jittable; vmap over `key` to train many seeds in one call:
+    `jax.vmap(lambda k: runners.train(agent, env, key=k, total_steps=n))(keys)`.
+    `total_steps` is rounded up to a whole number of iterations
+    (`num_envs * agent.num_steps` steps each).
+
+    **Returns:** the final `TrainState` and per-iteration metrics: the agent's
+    training metrics, plus `episodes`, `episode_return_sum` and
+    `episode_length_sum` over the episodes that finished in each iteration.
+    """
+    iterations = num_iterations(agent, num_envs, total_steps)
+    total = iterations * steps_per_iteration(agent, num_envs)
+    state = init(agent, env, key=key, num_envs=num_envs, total_steps=total)
+    return train_chunk(agent, env, state, iterations)

@@ -1,0 +1,197 @@
+"""Networks as Equinox modules: an MLP torso, Q heads, actor and critic.
+
+Every network takes one observation (callers vmap) and checks its shape against
+the observation space it was built for, at trace time, so that a wrong-shaped
+observation fails with a readable message instead of a matmul shape error.
+"""
+
+from collections.abc import Callable, Sequence
+from typing import final
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from jaxtyping import Array, Float, PRNGKeyArray, Shaped
+
+ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
+    "relu": jax.nn.relu,
+    "tanh": jnp.tanh,
+    "gelu": jax.nn.gelu,
+    "silu": jax.nn.silu,
+    "elu": jax.nn.elu,
+}
+
+
+def _linear(
+    in_size: int, out_size: int, scale: float, *, key: PRNGKeyArray
+) -> eqx.nn.Linear:
+    """A linear layer with orthogonal weights (gain `scale`) and zero bias."""
+    layer = eqx.nn.Linear(in_size, out_size, key=key)
+    weight = jax.nn.initializers.orthogonal(scale)(key, (out_size, in_size))
+    return eqx.tree_at(
+        lambda m: (m.weight, m.bias), layer, (weight, jnp.zeros((out_size,)))
+    )
+
+
+@final
+class MLP(eqx.Module):
+    """Flattens one observation and applies hidden layers with an activation."""
+
+    layers: tuple[eqx.nn.Linear, ...]
+    activation: str = eqx.field(static=True)
+    obs_shape: tuple[int, ...] = eqx.field(static=True)
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        hidden_sizes: Sequence[int],
+        activation: str,
+        *,
+        key: PRNGKeyArray,
+    ):
+        if activation not in ACTIVATIONS:
+            raise ValueError(
+                f"unknown activation {activation!r}; valid ones: {sorted(ACTIVATIONS)}"
+            )
+        sizes = [int(np.prod(obs_shape)), *hidden_sizes]
+        keys = jr.split(key, max(len(sizes) - 1, 1))
+        self.layers = tuple(
+            _linear(i, o, np.sqrt(2), key=k)
+            for i, o, k in zip(sizes[:-1], sizes[1:], keys, strict=False)
+        )
+        self.activation = activation
+        self.obs_shape = tuple(obs_shape)
+
+    @property
+    def out_size(self) -> int:
+        return (
+            self.layers[-1].out_features
+            if self.layers
+            else int(np.prod(self.obs_shape))
+        )
+
+    def __call__(self, obs: Shaped[Array, "..."]) -> Float[Array, " features"]:
+        if obs.shape != self.obs_shape:
+            raise ValueError(
+                f"observation has shape {obs.shape}, but this network was built for "
+                f"the env's observation shape {self.obs_shape}. Networks take one "
+                "observation: vmap over a batch (e.g. `jax.vmap(agent.act, ...)`)."
+            )
+        x = jnp.ravel(obs).astype(jnp.float32)
+        fn = ACTIVATIONS[self.activation]
+        for layer in self.layers:
+            x = fn(layer(x))
+        return x
+
+
+@final
+class QNetwork(eqx.Module):
+    """Action values `Q(obs, ·)`; with `dueling`, `V(obs) + A(obs, ·) - mean A`."""
+
+    torso: MLP
+    head: eqx.nn.Linear
+    value_head: eqx.nn.Linear | None
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        num_actions: int,
+        hidden_sizes: Sequence[int],
+        activation: str = "relu",
+        dueling: bool = False,
+        *,
+        key: PRNGKeyArray,
+    ):
+        k1, k2, k3 = jr.split(key, 3)
+        self.torso = MLP(obs_shape, hidden_sizes, activation, key=k1)
+        self.head = _linear(self.torso.out_size, num_actions, 1.0, key=k2)
+        self.value_head = (
+            _linear(self.torso.out_size, 1, 1.0, key=k3) if dueling else None
+        )
+
+    def __call__(self, obs: Shaped[Array, "..."]) -> Float[Array, " actions"]:
+        x = self.torso(obs)
+        q = self.head(x)
+        if self.value_head is not None:
+            q = self.value_head(x) + q - jnp.mean(q)
+        return q
+
+
+@final
+class Critic(eqx.Module):
+    """State value `V(obs)`."""
+
+    torso: MLP
+    head: eqx.nn.Linear
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        hidden_sizes: Sequence[int],
+        activation: str = "tanh",
+        *,
+        key: PRNGKeyArray,
+    ):
+        k1, k2 = jr.split(key)
+        self.torso = MLP(obs_shape, hidden_sizes, activation, key=k1)
+        self.head = _linear(self.torso.out_size, 1, 1.0, key=k2)
+
+    def __call__(self, obs: Shaped[Array, "..."]) -> Float[Array, ""]:
+        return self.head(self.torso(obs))[0]
+
+
+@final
+class DiscreteActor(eqx.Module):
+    """Logits of a categorical policy."""
+
+    torso: MLP
+    head: eqx.nn.Linear
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        num_actions: int,
+        hidden_sizes: Sequence[int],
+        activation: str = "tanh",
+        *,
+        key: PRNGKeyArray,
+    ):
+        k1, k2 = jr.split(key)
+        self.torso = MLP(obs_shape, hidden_sizes, activation, key=k1)
+        # A small final gain keeps the initial policy close to uniform.
+        self.head = _linear(self.torso.out_size, num_actions, 0.01, key=k2)
+
+    def __call__(self, obs: Shaped[Array, "..."]) -> Float[Array, " actions"]:
+        return self.head(self.torso(obs))
+
+
+@final
+class GaussianActor(eqx.Module):
+    """Mean and log standard deviation of a diagonal Gaussian policy; the log
+    standard deviation is a state-independent parameter."""
+
+    torso: MLP
+    head: eqx.nn.Linear
+    log_std: Float[Array, " action_dim"]
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        action_dim: int,
+        hidden_sizes: Sequence[int],
+        activation: str = "tanh",
+        log_std_init: float = 0.0,
+        *,
+        key: PRNGKeyArray,
+    ):
+        k1, k2 = jr.split(key)
+        self.torso = MLP(obs_shape, hidden_sizes, activation, key=k1)
+        self.head = _linear(self.torso.out_size, action_dim, 0.01, key=k2)
+        self.log_std = jnp.full((action_dim,), log_std_init, dtype=jnp.float32)
+
+    def __call__(
+        self, obs: Shaped[Array, "..."]
+    ) -> tuple[Float[Array, " action_dim"], Float[Array, " action_dim"]]:
+        return self.head(self.torso(obs)), self.log_std

@@ -1,0 +1,76 @@
+"""`zoo.make`: agents by name."""
+
+import dataclasses
+import difflib
+from typing import Any
+
+from ._agent import AbstractAgent
+from ._dqn import DQN
+from ._ppo import PPO
+
+AGENTS: dict[str, type[AbstractAgent]] = {"dqn": DQN, "ppo": PPO}
+
+
+def names() -> list[str]:
+    return sorted(AGENTS)
+
+
+def hyperparameters(name: str) -> dict[str, Any]:
+    """The hyperparameters of agent `name` with their defaults."""
+    cls = _lookup(name)
+    return {f.name: f.default for f in dataclasses.fields(cls)}
+
+
+def _lookup(name: str) -> type[AbstractAgent]:
+    cls = AGENTS.get(name.lower())
+    if cls is None:
+        close = difflib.get_close_matches(name.lower(), AGENTS, n=2, cutoff=0.4)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"unknown agent {name!r}.{hint} Valid agents: {names()}")
+    return cls
+
+
+def make(name: str, **hparams: Any) -> AbstractAgent:
+    """Build agent `name` (`"dqn"`, `"ppo"`) with hyperparameter overrides.
+
+    **Raises:** `ValueError` for an unknown agent or hyperparameter (listing the
+    valid ones), or an invalid value.
+    """
+    cls = _lookup(name)
+    valid = hyperparameters(name)
+    unknown = sorted(set(hparams) - set(valid))
+    if unknown:
+        close = {
+            k: difflib.get_close_matches(k, valid, n=1, cutoff=0.6) for k in unknown
+        }
+        hints = "".join(
+            f" ({k!r}: did you mean {v[0]!r}?)" for k, v in close.items() if v
+        )
+        raise ValueError(
+            f"unknown hyperparameter(s) {unknown} for agent {name!r}.{hints} "
+            f"Valid ones: {sorted(valid)}"
+        )
+    for key, value in hparams.items():
+        default = valid[key]
+        if isinstance(default, tuple) and isinstance(value, list):
+            hparams[key] = value = tuple(value)
+        if not _type_ok(default, value):
+            raise ValueError(
+                f"hyperparameter {key!r} of agent {name!r} must be "
+                f"{type(default).__name__}, got {value!r} ({type(value).__name__})"
+            )
+    return cls(**hparams)
+
+
+def _type_ok(default: Any, value: Any) -> bool:
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(default, tuple):
+        return isinstance(value, tuple) and all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value
+        )
+    return isinstance(value, type(default))
