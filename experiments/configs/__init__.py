@@ -1,4 +1,19 @@
-"""Tuned defaults per agent and env: `experiments/configs/<agent>.yaml`."""
+"""Tuned defaults per agent and env: `experiments/configs/<agent>.yaml`.
+
+Each file holds one block per env name, like rl-baselines3-zoo's hyperparameter
+files:
+
+```yaml
+CartPole-v1:
+  total_steps: 100000   # run settings (RUN_KEYS)
+  num_envs: 10
+  hp:                   # passed to zoo.make("<agent>", **hp)
+    learning_rate: 1.0e-3
+```
+
+This module reads the files only (no JAX), so that a config can be resolved and
+printed quickly; `experiments._config` checks blocks against the zoo.
+"""
 
 from pathlib import Path
 from typing import Any
@@ -7,12 +22,63 @@ import yaml
 
 CONFIG_DIR = Path(__file__).parent
 
+# The env `python -m experiments.run with agent=<name>` trains on when none is given.
+DEFAULT_ENV: dict[str, str] = {"dqn": "CartPole-v1", "ppo": "CartPole-v1"}
+FALLBACK_ENV = "CartPole-v1"
+
+# Run settings a block may set next to `hp`, with their types.
+RUN_KEYS: dict[str, type] = {
+    "total_steps": int,
+    "num_envs": int,
+    "eval_every": int,
+    "eval_episodes": int,
+}
+
+
+def agents() -> list[str]:
+    """Agents with a tuned-config file."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+
+
+def blocks(agent: str) -> dict[str, dict[str, Any]]:
+    """Every tuned block of `agent`, by env name (empty if it has no file)."""
+    path = CONFIG_DIR / f"{agent}.yaml"
+    if not path.exists():
+        return {}
+    loaded = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{path}: expected a mapping from env names to blocks")
+    return loaded
+
 
 def tuned(agent: str, env: str) -> dict[str, Any] | None:
     """The tuned block for `agent` on `env` (`total_steps`, `num_envs`, `hp`), or
     `None` when that pair has none."""
-    path = CONFIG_DIR / f"{agent}.yaml"
-    if not path.exists():
-        return None
-    blocks = yaml.safe_load(path.read_text()) or {}
-    return blocks.get(env)
+    return blocks(agent).get(env)
+
+
+def default_env(agent: str) -> str:
+    """The env an agent trains on when the config names none."""
+    return DEFAULT_ENV.get(agent, FALLBACK_ENV)
+
+
+def check_block(agent: str, env: str, block: Any) -> None:
+    """Raise `ValueError` if a block's structure is wrong: unknown keys, a
+    non-mapping `hp`, or run settings of the wrong type. (Hyperparameter names and
+    values are the zoo's to check.)"""
+    where = f"experiments/configs/{agent}.yaml, block {env!r}"
+    if not isinstance(block, dict):
+        raise ValueError(f"{where}: expected a mapping, got {block!r}")
+    unknown = sorted(set(block) - set(RUN_KEYS) - {"hp"})
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown key(s) {unknown}; valid: {[*RUN_KEYS, 'hp']}"
+        )
+    if not isinstance(block.get("hp", {}), dict):
+        raise ValueError(f"{where}: 'hp' must be a mapping, got {block['hp']!r}")
+    for key, kind in RUN_KEYS.items():
+        value = block.get(key)
+        if value is not None and (type(value) is not kind or value <= 0):
+            raise ValueError(
+                f"{where}: {key!r} must be a positive {kind.__name__}, got {value!r}"
+            )

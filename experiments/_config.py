@@ -1,0 +1,168 @@
+"""Resolving and validating an experiment's config, before anything compiles."""
+
+import difflib
+from typing import Any
+
+from sacred.utils import SacredError
+
+from . import configs
+
+# Run settings for a pair with no tuned block.
+FALLBACK_RUN = {"total_steps": 100_000, "num_envs": 8, "eval_episodes": 32}
+NUM_EVALS = 10
+
+
+class ConfigError(SacredError):
+    """An invalid experiment config; Sacred prints it as one line, no traceback."""
+
+    def __init__(self, message: str):
+        super().__init__(message, print_traceback=False)
+
+
+# Shown as `experiments.run.ConfigError`, where users import it from.
+ConfigError.__module__ = "experiments.run"
+
+
+def run_default(agent: Any, env: Any, key: str) -> Any:
+    """Run setting `key` (`configs.RUN_KEYS`) from the tuned block, else our
+    fallback (`None` for `eval_every`: derived from `total_steps` instead)."""
+    block = _block(agent, env)
+    return block.get(key, FALLBACK_RUN.get(key))
+
+
+def eval_every(agent: Any, env: Any, total_steps: Any) -> int | None:
+    """Env steps between evaluations: the tuned block's, else about `NUM_EVALS`
+    evaluations per run."""
+    tuned = _block(agent, env).get("eval_every")
+    if tuned is not None:
+        return tuned
+    if type(total_steps) is not int or total_steps <= 0:
+        return None  # invalid; `validate` says so
+    return max(total_steps // NUM_EVALS, 1)
+
+
+def resolved_hp(agent: Any, env: Any) -> dict[str, Any]:
+    """All hyperparameters of `agent`: its defaults, updated by the tuned block.
+
+    Returns `{}` for an unknown agent (reported by `validate`), so that the config
+    scope never fails with a traceback.
+    """
+    import zoo
+
+    try:
+        hp = zoo.hyperparameters(agent)
+    except (ValueError, AttributeError):
+        return {}
+    hp.update(_block(agent, env).get("hp") or {})
+    # Sacred stores tuples as lists anyway; zoo.make turns them back.
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in hp.items()}
+
+
+def _block(agent: Any, env: Any) -> dict[str, Any]:
+    if not isinstance(agent, str) or not isinstance(env, str):
+        return {}
+    block = configs.tuned(agent, env)
+    return block if isinstance(block, dict) else {}
+
+
+def _bad_hp(config: dict[str, Any]) -> str:
+    """The dotted key of the first hyperparameter that fails on its own, else
+    `hp` (a combination is invalid, e.g. a batch that does not split)."""
+    import zoo
+
+    for key, value in config["hp"].items():
+        try:
+            zoo.make(config["agent"], **{key: value})
+        except (ValueError, TypeError):
+            return f"hp.{key}"
+    return "hp"
+
+
+# Every config key, for the unknown-key message (the config scope in run.py
+# defines them).
+KEYS = (
+    "agent",
+    "env",
+    "seed",
+    "num_seeds",
+    "total_steps",
+    "num_envs",
+    "eval_every",
+    "eval_episodes",
+    "hp",
+    "progress",
+    "compilation_cache",
+)
+_RUN_INTS = ("num_seeds", "total_steps", "num_envs", "eval_episodes")
+
+
+def validate(config: dict[str, Any]) -> list[str]:
+    """Check a resolved config without compiling anything.
+
+    Builds the agent and env (cheap: hyperparameters and spaces, no networks) and
+    asks the runner whether they can train together.
+
+    **Returns:** warnings to show (e.g. no tuned block for this pair).
+
+    **Raises:** `ConfigError` naming the offending key and the valid choices.
+    """
+    import envs
+    import runners
+    import zoo
+
+    unknown = sorted(set(config) - set(KEYS))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], KEYS, n=1, cutoff=0.6)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(
+            f"{unknown[0]}: unknown config key.{hint} Valid keys: {sorted(KEYS)}"
+        )
+    agent_name, env_name = config["agent"], config["env"]
+    if not isinstance(agent_name, str):
+        raise ConfigError(f"agent: expected one of {zoo.names()}, got {agent_name!r}")
+    if not isinstance(env_name, str):
+        raise ConfigError(f"env: expected an env name (string), got {env_name!r}")
+    if type(config["seed"]) is not int:
+        raise ConfigError(f"seed: expected an integer, got {config['seed']!r}")
+    for key in _RUN_INTS:
+        value = config[key]
+        if type(value) is not int or value <= 0:
+            raise ConfigError(f"{key}: expected a positive integer, got {value!r}")
+    eval_every = config["eval_every"]
+    if eval_every is not None and (type(eval_every) is not int or eval_every <= 0):
+        raise ConfigError(
+            f"eval_every: expected a positive integer or None, got {eval_every!r}"
+        )
+    for key in ("progress", "compilation_cache"):
+        if not isinstance(config[key], bool):
+            raise ConfigError(f"{key}: expected True or False, got {config[key]!r}")
+    if not isinstance(config["hp"], dict):
+        raise ConfigError(f"hp: expected a dict, got {config['hp']!r}")
+
+    try:
+        agent = zoo.make(agent_name, **config["hp"])
+    except (ValueError, TypeError) as e:
+        key = "agent" if agent_name.lower() not in zoo.names() else _bad_hp(config)
+        raise ConfigError(f"{key}: {e}") from None
+    try:
+        env = envs.make(env_name)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"env: {e}") from None
+    try:
+        runners.validate(agent, env, config["num_envs"], config["total_steps"])
+    except ValueError as e:
+        raise ConfigError(f"agent={agent_name} env={env_name}: {e}") from None
+
+    block = configs.tuned(agent_name, env_name)
+    if block is None:
+        tuned_envs = sorted(configs.blocks(agent_name))
+        return [
+            f"no tuned config for {agent_name} on {env_name} "
+            f"(experiments/configs/{agent_name}.yaml has {tuned_envs}); "
+            f"using the agent's default hyperparameters"
+        ]
+    try:
+        configs.check_block(agent_name, env_name, block)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return []

@@ -1,0 +1,115 @@
+"""What a run records: metrics and progress between chunks, artifacts at the end.
+
+Everything here runs on the host between compiled chunks and sees only plain
+Python floats (a `runners.Report`), never `jax.Array`: Sacred would store arrays
+as opaque blobs, and reading one would sync with the device mid-run.
+"""
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+class Recorder:
+    """The `runners.run` callback: logs metrics to Sacred, drives the progress bar,
+    and keeps the learning curve.
+
+    **Arguments:**
+
+    - `run`: the Sacred `Run` (`_run`), or `None` to record nothing.
+    - `num_seeds`: seeds trained together; per-seed series only when above 1.
+    - `progress`: show a tqdm bar on stderr.
+    """
+
+    def __init__(self, run: Any, num_seeds: int, progress: bool):
+        self.run = run
+        self.num_seeds = num_seeds
+        self.progress = progress
+        self.bar: Any = None
+        self.curve_steps: list[int] = []
+        self.curve_returns: list[list[float]] = []  # [evaluation][seed]
+
+    def __call__(self, report: Any) -> None:
+        step = report.env_steps
+        if self.run is not None:
+            log = self.run.log_scalar
+            for name, value in report.train.items():
+                # NaN marks "no episode ended in this chunk": leave a gap.
+                if math.isfinite(value):
+                    log(f"train.{name}", float(value), step)
+            log("perf.steps_per_s", float(report.steps_per_s), step)
+        if report.eval_returns is not None:
+            returns = [float(r) for r in report.eval_returns]
+            self.curve_steps.append(step)
+            self.curve_returns.append(returns)
+            if self.run is not None:
+                log("eval.return_mean", float(np.mean(returns)), step)
+                log("eval.return_std", float(np.std(returns)), step)
+                if self.num_seeds > 1:
+                    for i, r in enumerate(returns):
+                        log(f"eval.return.seed_{i}", r, step)
+        if self.progress:
+            self._show(report)
+
+    def _show(self, report: Any) -> None:
+        from tqdm import tqdm
+
+        postfix = {"steps/s": f"{report.steps_per_s:,.0f}"}
+        if self.curve_returns:
+            postfix["eval"] = f"{np.mean(self.curve_returns[-1]):.1f}"
+        if self.bar is None:
+            # Created at the first report, so that compile time does not distort
+            # the rate and ETA; the ETA appears from the second chunk.
+            self.bar = tqdm(
+                total=report.total_steps,
+                initial=report.env_steps,
+                unit="step",
+                unit_scale=True,
+                file=sys.stderr,
+                bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} steps "
+                "[{elapsed}<{remaining}{postfix}]",
+                smoothing=0.3,
+                postfix=postfix,
+            )
+        else:
+            self.bar.set_postfix(postfix, refresh=False)
+            self.bar.update(report.env_steps - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def plot_curve(
+    path: Path, steps: list[int], returns: list[list[float]], title: str
+) -> None:
+    """Save the learning curve: mean greedy return and, for several seeds, each
+    seed's, against env steps."""
+    # A bare Figure renders with Agg and never touches pyplot's global backend
+    # state, so it works headless and inside other programs alike.
+    from matplotlib.figure import Figure
+
+    per_seed = np.asarray(returns).T  # [seed][evaluation]
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.add_subplot()
+    if len(per_seed) > 1:
+        for i, seed_returns in enumerate(per_seed):
+            ax.plot(steps, seed_returns, lw=0.8, alpha=0.4, label=f"seed {i}")
+    ax.plot(steps, per_seed.mean(axis=0), lw=2, color="black", marker="o", ms=3)
+    ax.lines[-1].set_label("mean")
+    ax.set_xlabel("env steps (per seed)")
+    ax.set_ylabel("greedy return")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    if len(per_seed) > 1 and len(per_seed) <= 8:
+        ax.legend(fontsize="small")
+    fig.savefig(path, dpi=100)
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2) + "\n")
