@@ -3,9 +3,8 @@
 import difflib
 from typing import Any
 
-from sacred.utils import SacredError
-
 from . import configs
+from ._sacred import SacredError
 
 # Run settings for a pair with no tuned block.
 FALLBACK_RUN = {"total_steps": 100_000, "num_envs": 8, "eval_episodes": 32}

@@ -20,27 +20,24 @@ _T_START = time.perf_counter()
 import logging  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
-import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from experiments import _jax_setup  # noqa: E402
 
-# Before anything imports JAX: XLA reads its flags when the backend starts.
-_jax_setup.set_xla_flags()
-
-with warnings.catch_warnings():
-    # sacred 0.8.7 imports pkg_resources, which setuptools deprecates (and whose
-    # import warns about other packages' namespace declarations); nothing to fix
-    # on our side, and under `-W error` (our tests) it would abort the import.
-    warnings.simplefilter("ignore", DeprecationWarning)
-    warnings.filterwarnings("ignore", "pkg_resources is deprecated", UserWarning)
-    from sacred import Experiment
-    from sacred.observers import FileStorageObserver, MongoObserver
-    from sacred.utils import apply_backspaces_and_linefeeds
+if __name__ == "__main__":
+    # Before anything imports JAX: XLA reads its flags when the backend starts.
+    # Only as a program: importing this module must not change the importer's JAX.
+    _jax_setup.set_xla_flags()
 
 from experiments import _config, _record, configs  # noqa: E402
 from experiments._config import ConfigError as ConfigError  # noqa: E402
+from experiments._sacred import (  # noqa: E402
+    Experiment,
+    FileStorageObserver,
+    MongoObserver,
+    apply_backspaces_and_linefeeds,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS_DIR = Path("runs")  # relative to the working directory, like `-F runs`

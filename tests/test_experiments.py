@@ -1,0 +1,286 @@
+"""`python -m experiments.run`: the CLI, tuned configs, observers, bad configs.
+
+Training budgets are tiny (2,000 steps): these tests check what is recorded, not
+what is learned. One CLI subprocess serves every assertion about its records.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments import _config, configs
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["total_steps=2000", "eval_episodes=4", "progress=True"]
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT)
+    # Hermetic: do not read or fill the user's compilation cache.
+    env["EQUIZOO_CACHE_DIR"] = str(tmp / "jax-cache")
+    return env
+
+
+def _cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "experiments.run", *args],
+        cwd=cwd,
+        env=_env(cwd),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    """One DQN run with 2 seeds through the CLI, default observer (`runs/`)."""
+    cwd = tmp_path_factory.mktemp("cli")
+    out = _cli("with", "agent=dqn", "num_seeds=2", *TINY, cwd=cwd)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out, cwd / "runs" / "1"
+
+
+def test_cli_summary_line(cli_run):
+    out, _ = cli_run
+    last = out.stdout.strip().splitlines()[-1]
+    assert last.startswith("dqn on CartPole-v1: final greedy return ")
+    assert "over 2 seed(s) x 4 episodes" in last
+    assert f"recorded in {Path('runs') / '1'}" in last
+
+
+def test_cli_run_record(cli_run):
+    _, run_dir = cli_run
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["status"] == "COMPLETED"
+    assert isinstance(run["result"], float)
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["agent"] == "dqn" and config["env"] == "CartPole-v1"
+    assert config["num_seeds"] == 2 and config["total_steps"] == 2000
+    assert config["hp"]["learning_rate"] == configs.tuned("dqn", "CartPole-v1")[
+        "hp"
+    ].get("learning_rate", 1e-3)
+    info = json.loads((run_dir / "info.json").read_text())
+    for key in ("wall_s", "compile_s", "train_s", "steps_per_s"):
+        assert isinstance(info[key], float) and info[key] > 0
+
+
+def test_cli_metrics(cli_run):
+    _, run_dir = cli_run
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    for name in (
+        "eval.return_mean",
+        "eval.return_std",
+        "eval.return.seed_0",
+        "eval.return.seed_1",
+        "perf.steps_per_s",
+        "train.loss",
+    ):
+        assert name in metrics, sorted(metrics)
+        values = metrics[name]["values"]
+        assert values and all(isinstance(v, float) for v in values)
+    steps = metrics["eval.return_mean"]["steps"]
+    assert steps == sorted(steps) and len(set(steps)) == len(steps) > 1
+    assert steps[-1] >= 2000
+    assert all(isinstance(s, int) for s in steps)
+
+
+def test_cli_artifacts(cli_run):
+    _, run_dir = cli_run
+    returns = json.loads((run_dir / "eval_returns.json").read_text())
+    assert len(returns["returns"]) == 2 and len(returns["returns"][0]) == 4
+    run = json.loads((run_dir / "run.json").read_text())
+    assert math.isclose(returns["return_mean"], run["result"])
+    png = (run_dir / "learning_curve.png").read_bytes()
+    assert png.startswith(b"\x89PNG")
+    assert (run_dir / "final_state.eqx").stat().st_size > 0
+    assert set(run["artifacts"]) >= {
+        "final_state.eqx",
+        "final_state.json",
+        "eval_returns.json",
+        "learning_curve.png",
+    }
+
+
+def test_cli_captured_output_is_filtered(cli_run):
+    _, run_dir = cli_run
+    cout = (run_dir / "cout.txt").read_text()
+    assert "\r" not in cout
+    assert "100%" in cout  # the progress bar's final state
+    assert "final greedy return" in cout
+
+
+def test_final_state_loads(cli_run):
+    import numpy as np
+
+    from experiments.run import load_state
+
+    _, run_dir = cli_run
+    state = load_state(run_dir)
+    assert state.env_steps.shape == (2,)
+    assert np.all(np.asarray(state.env_steps) >= 2000)
+
+
+@pytest.mark.parametrize(
+    ("args", "key"),
+    [
+        (["agent=dqx"], "agent"),
+        (["hp.learning_rat=0.1"], "hp.learning_rat"),
+    ],
+)
+def test_cli_bad_config_exits_nonzero(tmp_path, args, key):
+    out = _cli("with", *args, cwd=tmp_path, timeout=60)
+    assert out.returncode != 0
+    lines = out.stderr.strip().splitlines()
+    assert lines[-1].startswith(f"experiments.run.ConfigError: {key}: "), out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+# In-process: the config hook validates without compiling anything.
+
+
+def _resolve(**updates):
+    """The resolved config, through Sacred and our config hook."""
+    from experiments.run import ex
+
+    run = ex.run("print_config", config_updates=updates)
+    return run.config
+
+
+TUNED = [(a, e) for a in configs.agents() for e in configs.blocks(a)]
+
+
+@pytest.mark.parametrize(("agent", "env"), TUNED, ids=[f"{a}:{e}" for a, e in TUNED])
+def test_tuned_configs_load_and_validate(agent, env):
+    import zoo
+
+    block = configs.tuned(agent, env)
+    configs.check_block(agent, env, block)
+    config = _resolve(agent=agent, env=env)
+    expected = dict(zoo.hyperparameters(agent), **block.get("hp", {}))
+    expected = {k: list(v) if isinstance(v, tuple) else v for k, v in expected.items()}
+    assert config["hp"] == expected
+    for key in configs.RUN_KEYS:
+        if key in block:
+            assert config[key] == block[key]
+    assert _config.validate(config) == []
+
+
+def test_every_agent_has_a_tuned_default_env():
+    import zoo
+
+    for agent in zoo.names():
+        assert configs.tuned(agent, configs.default_env(agent)) is not None, agent
+
+
+def test_override_one_hyperparameter():
+    config = _resolve(agent="ppo", env="Pendulum-v1", **{"hp.learning_rate": 1e-3})
+    assert config["hp"]["learning_rate"] == 1e-3
+    tuned = configs.tuned("ppo", "Pendulum-v1")["hp"]
+    for key, value in tuned.items():
+        if key != "learning_rate":
+            assert config["hp"][key] == value
+
+
+def test_untuned_pair_falls_back_with_a_warning(caplog):
+    import zoo
+
+    config = _resolve(agent="ppo", env="Acrobot-v1")
+    defaults = zoo.hyperparameters("ppo")
+    assert config["hp"]["learning_rate"] == defaults["learning_rate"]
+    assert config["total_steps"] == _config.FALLBACK_RUN["total_steps"]
+    assert _config.validate(config) == [
+        "no tuned config for ppo on Acrobot-v1 (experiments/configs/ppo.yaml has "
+        f"{sorted(configs.blocks('ppo'))}); using the agent's default hyperparameters"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("updates", "key", "says"),
+    [
+        ({"agent": "dqx"}, "agent", "Valid agents: ['dqn', 'ppo']"),
+        ({"env": "CartPol-v1"}, "env", "'CartPole-v1'"),
+        ({"agent": "dqn", "env": "Pendulum-v1"}, "agent=dqn env=Pendulum-v1", "Box"),
+        ({"hp.learning_rat": 0.1}, "hp.learning_rat", "'learning_rate'"),
+        ({"hp.learning_rate": "fast"}, "hp.learning_rate", "must be float"),
+        ({"hp.tau": 2.0}, "hp.tau", "(0, 1]"),
+        ({"hp.hidden_sizes": [64, -1]}, "hp.hidden_sizes", "hidden_sizes"),
+        ({"num_seeds": 0}, "num_seeds", "positive integer"),
+        ({"total_steps": 1.5}, "total_steps", "positive integer"),
+        ({"eval_every": -5}, "eval_every", "positive integer"),
+        ({"seed": "abc"}, "seed", "integer"),
+        ({"progress": "yes"}, "progress", "True or False"),
+        ({"num_seed": 2}, "num_seed", "Did you mean 'num_seeds'?"),
+        ({"agent": "ppo", "num_envs": 3, "hp.num_minibatches": 5}, "agent=", "split"),
+    ],
+)
+def test_bad_config_names_the_key(updates, key, says):
+    from experiments.run import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        _resolve(**updates)
+    message = str(info.value)
+    assert message.startswith(f"{key}"), message
+    assert says in message
+
+
+# MongoDB, the way Sacred's own tests do it: mongomock with its GridFS integration.
+
+
+# Sacred's and mongomock's own deprecations, not ours.
+@pytest.mark.filterwarnings("ignore:datetime.datetime.utcnow:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:mongomock")
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:sacred")
+def test_mongo_observer(tmp_path, monkeypatch):
+    import gridfs
+    import mongomock
+    import mongomock.gridfs
+    import pymongo
+
+    from experiments.run import ex
+
+    mongomock.gridfs.enable_gridfs_integration()
+    client = mongomock.MongoClient()
+    # `-m host:port:db` builds pymongo.MongoClient(url): hand it the mock instead.
+    monkeypatch.setattr(pymongo, "MongoClient", lambda *a, **k: client)
+    monkeypatch.chdir(tmp_path)
+    # In-process: leave the test session's JAX config alone.
+    argv = ["run.py", "-m", "localhost:27017:equizoo", "with", "agent=dqn", *TINY]
+    argv.append("compilation_cache=False")
+    run = ex.run_commandline(argv)
+    assert run is not None and run.status == "COMPLETED"
+
+    db = client["equizoo"]
+    doc = db.runs.find_one({"_id": run._id})
+    assert doc["status"] == "COMPLETED"
+    assert doc["config"]["agent"] == "dqn" and doc["config"]["total_steps"] == 2000
+    assert doc["result"] == pytest.approx(run.result)
+    assert {"wall_s", "compile_s", "steps_per_s"} <= set(doc["info"])
+
+    metric = db.metrics.find_one({"run_id": run._id, "name": "eval.return_mean"})
+    assert metric is not None
+    assert metric["steps"] == sorted(metric["steps"]) and len(metric["steps"]) > 1
+    assert all(isinstance(v, float) for v in metric["values"])
+
+    fs = gridfs.GridFS(db)
+    names = {a["name"] for a in doc["artifacts"]}
+    assert names == {
+        "final_state.eqx",
+        "final_state.json",
+        "eval_returns.json",
+        "learning_curve.png",
+    }
+    for artifact in doc["artifacts"]:
+        assert fs.get(artifact["file_id"]).read()
+
+    # The local record is kept next to the database's.
+    local = tmp_path / "runs" / str(run._id)
+    assert json.loads((local / "run.json").read_text())["status"] == "COMPLETED"
+    assert (local / "learning_curve.png").exists()
