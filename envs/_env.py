@@ -7,14 +7,14 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Bool, Float, PRNGKeyArray, PyTree, Shaped
+from jaxtyping import Array, ArrayLike, Bool, Float, PRNGKeyArray, PyTree, Shaped
 
 from ._spaces import Space
 
 StateT = TypeVar("StateT")
 
 Observation = Shaped[Array, "..."]
-Action = Shaped[Array, "..."]
+Action = Shaped[ArrayLike, "..."]
 Info = dict[str, Any]
 StepResult = tuple[
     Observation, Any, Float[Array, ""], Bool[Array, ""], Bool[Array, ""], Info

@@ -1,0 +1,29 @@
+import os
+
+# Before JAX initialises its backend: jax 0.10 on 2 CPU cores can hang with many
+# vmapped seeds under the concurrency-optimised scheduler, and optimisation level 1
+# compiles faster without training slower.
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "")
+    + " --xla_cpu_enable_concurrency_optimized_scheduler=false"
+    + " --xla_backend_optimization_level=1"
+).strip()
+
+import jax
+import jax.random as jr
+import pytest
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+@pytest.fixture
+def getkey():
+    """A function returning a fresh key each call, deterministic per test."""
+    key = jr.PRNGKey(0)
+
+    def _getkey():
+        nonlocal key
+        key, sub = jr.split(key)
+        return sub
+
+    return _getkey
