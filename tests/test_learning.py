@@ -1,0 +1,38 @@
+"""One slower learning test per agent family, with the tuned configs users get.
+
+Each trains one seed with the hyperparameters of `experiments/configs/<agent>.yaml`
+and asserts the mean greedy return over 64 episodes.
+"""
+
+import jax.random as jr
+import pytest
+
+import envs
+import runners
+import zoo
+from experiments.configs import tuned
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("agent_name", "env_name", "threshold"),
+    [
+        ("ppo", "CartPole-v1", 475.0),
+        ("dqn", "CartPole-v1", 475.0),
+        ("ppo", "Pendulum-v1", -250.0),
+    ],
+)
+def test_agent_reaches_target_return(agent_name, env_name, threshold):
+    block = tuned(agent_name, env_name)
+    assert block is not None, f"no tuned config for {agent_name} on {env_name}"
+    agent = zoo.make(agent_name, **block.get("hp", {}))
+    result = runners.run(
+        agent,
+        envs.make(env_name),
+        key=jr.PRNGKey(0),
+        total_steps=block["total_steps"],
+        num_envs=block["num_envs"],
+        eval_episodes=64,
+    )
+    mean_return = float(result.final_returns.mean())
+    assert mean_return >= threshold, f"{agent_name} on {env_name}: {mean_return:.1f}"

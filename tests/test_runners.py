@@ -1,0 +1,173 @@
+"""Memory, GAE, the compiled training loop, the host loop and evaluation."""
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import envs
+import runners
+import zoo
+
+
+def _transitions(values, num_envs=1):
+    """A `[steps, num_envs]` trajectory whose reward field holds `values`."""
+    r = jnp.asarray(values, dtype=jnp.float32).reshape(-1, num_envs)
+    z = jnp.zeros(r.shape, bool)
+    obs = r[..., None]
+    return zoo.Transition(obs, r.astype(jnp.int32), r, z, z, obs, {})
+
+
+def test_replay_wraps_around():
+    replay = zoo.Replay(capacity=5)
+    state = replay.init(jax.tree.map(lambda x: x[0, 0], _transitions([0.0])), 1)
+    state = replay.add(state, _transitions([1.0, 2.0, 3.0]))
+    assert (int(state.position), int(state.size), int(state.count)) == (3, 3, 3)
+    state = replay.add(state, _transitions([4.0, 5.0, 6.0, 7.0], num_envs=2))
+    # Seven transitions in a buffer of five: the two oldest were overwritten.
+    assert (int(state.position), int(state.size), int(state.count)) == (2, 5, 7)
+    np.testing.assert_array_equal(state.data.reward, [6.0, 7.0, 3.0, 4.0, 5.0])
+    np.testing.assert_array_equal(state.data.obs[:, 0], [6.0, 7.0, 3.0, 4.0, 5.0])
+    batch = replay.sample(state, 1000, key=jr.PRNGKey(0))
+    assert set(np.unique(batch.reward).tolist()) == {3.0, 4.0, 5.0, 6.0, 7.0}
+
+
+def test_replay_samples_only_filled_slots():
+    replay = zoo.Replay(capacity=100)
+    state = replay.init(jax.tree.map(lambda x: x[0, 0], _transitions([0.0])), 1)
+    state = replay.add(state, _transitions([1.0, 2.0]))
+    batch = replay.sample(state, 500, key=jr.PRNGKey(1))
+    assert set(np.unique(batch.reward).tolist()) == {1.0, 2.0}
+
+
+def _gae_reference(reward, value, next_value, done, gamma, lam):
+    adv = np.zeros_like(reward)
+    last = np.zeros(reward.shape[1:])
+    for t in reversed(range(len(reward))):
+        delta = reward[t] + gamma * next_value[t] - value[t]
+        last = delta + gamma * lam * (1.0 - done[t]) * last
+        adv[t] = last
+    return adv
+
+
+def test_gae_matches_hand_computed_reference():
+    rng = np.random.default_rng(0)
+    T, N = 7, 3
+    reward = rng.normal(size=(T, N)).astype(np.float32)
+    value = rng.normal(size=(T, N)).astype(np.float32)
+    next_value = rng.normal(size=(T, N)).astype(np.float32)
+    done = (rng.random((T, N)) < 0.3).astype(np.float32)
+    ours = zoo.gae(*map(jnp.asarray, (reward, value, next_value, done)), 0.97, 0.9)
+    ref = _gae_reference(reward, value, next_value, done, 0.97, 0.9)
+    np.testing.assert_allclose(np.asarray(ours), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_gae_two_steps_by_hand():
+    # r = [1, 2], V = [0.5, 0.25], V(s_2) = 4, gamma = 0.5, lambda = 1:
+    # A_1 = 2 + 0.5 * 4 - 0.25 = 3.75;  A_0 = 1 + 0.5 * 0.25 - 0.5 + 0.5 * 3.75 = 2.5
+    adv = zoo.gae(
+        jnp.array([[1.0], [2.0]]),
+        jnp.array([[0.5], [0.25]]),
+        jnp.array([[0.25], [4.0]]),
+        jnp.zeros((2, 1)),
+        0.5,
+        1.0,
+    )
+    np.testing.assert_allclose(np.asarray(adv)[:, 0], [2.5, 3.75])
+
+
+SMALL = {
+    "ppo": lambda: zoo.make("ppo", num_steps=16, num_minibatches=2, hidden_sizes=(16,)),
+    "dqn": lambda: zoo.make(
+        "dqn", learning_starts=64, batch_size=16, hidden_sizes=(16,)
+    ),
+}
+
+
+@pytest.mark.parametrize("agent_name", ["ppo", "dqn"])
+def test_seed_vmap_equals_single_runs(agent_name):
+    agent, env = SMALL[agent_name](), envs.make("CartPole-v1")
+    keys = jr.split(jr.PRNGKey(42), 3)
+    train = lambda k: runners.train(agent, env, key=k, total_steps=1024, num_envs=4)
+    batched_state, batched_metrics = jax.vmap(train)(keys)
+    for i in range(3):
+        state, metrics = train(keys[i])
+        for a, b in zip(
+            jax.tree.leaves(state), jax.tree.leaves(batched_state), strict=True
+        ):
+            np.testing.assert_allclose(
+                np.asarray(a), np.asarray(b)[i], rtol=1e-4, atol=1e-5
+            )
+        np.testing.assert_allclose(
+            metrics["loss"], batched_metrics["loss"][i], rtol=1e-4, atol=1e-5
+        )
+
+
+def test_run_in_chunks_equals_one_call_and_reports_floats():
+    agent, env = SMALL["ppo"](), envs.make("CartPole-v1")
+    reports = []
+    # 4 chunks of 8 iterations of 4 envs x 16 steps.
+    result = runners.run(
+        agent,
+        env,
+        key=jr.PRNGKey(7),
+        total_steps=2048,
+        num_envs=4,
+        num_seeds=2,
+        eval_every=512,
+        eval_episodes=4,
+        callback=reports.append,
+    )
+    assert result.total_steps == 2048
+    assert [r.env_steps for r in reports] == [512, 1024, 1536, 2048]
+    assert all(isinstance(v, float) for r in reports for v in r.train.values())
+    assert all(len(r.eval_returns) == 2 for r in reports)
+    assert result.final_returns.shape == (2, 4)
+    keys = jr.split(jr.PRNGKey(7), 2)
+    state, _ = jax.vmap(
+        lambda k: runners.train(agent, env, key=k, total_steps=2048, num_envs=4)
+    )(keys)
+    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(result.state), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+
+
+def test_run_validates_before_compiling():
+    with pytest.raises(ValueError, match="num_seeds must be a positive integer"):
+        runners.run(
+            zoo.make("ppo"),
+            envs.make("CartPole-v1"),
+            key=jr.PRNGKey(0),
+            total_steps=100,
+            num_seeds=0,
+        )
+    with pytest.raises(ValueError, match="eval_episodes must be positive"):
+        runners.run(
+            zoo.make("ppo"),
+            envs.make("CartPole-v1"),
+            key=jr.PRNGKey(0),
+            total_steps=100,
+            eval_episodes=0,
+        )
+    with pytest.raises(ValueError, match="num_envs must be a positive integer"):
+        runners.run(
+            zoo.make("ppo"),
+            envs.make("CartPole-v1"),
+            key=jr.PRNGKey(0),
+            total_steps=100,
+            num_envs=0,
+        )
+
+
+def test_evaluate_returns_one_return_per_episode(getkey):
+    agent, env = SMALL["ppo"](), envs.make("probe/TruncatedConstantReward")
+    state = agent.init(
+        env.observation_space,
+        env.action_space,
+        key=getkey(),
+        num_envs=1,
+        total_steps=16,
+    )
+    returns = runners.evaluate(agent, state, env, key=getkey(), num_episodes=5)
+    # Every episode is truncated after exactly 5 steps of reward 1.
+    np.testing.assert_array_equal(np.asarray(returns), [5.0] * 5)
