@@ -24,3 +24,4 @@ from ._registry import (
     make as make,
     names as names,
 )
+from ._serialise import load as load, save as save

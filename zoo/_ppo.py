@@ -23,9 +23,9 @@ class PPOState(eqx.Module):
     critic: Critic
     opt_state: PyTree
     step: Int[Array, ""]  # updates done
-    action_space: Space = eqx.field(static=True)
     # Optimizer steps over the whole run: the horizon of learning-rate annealing.
-    horizon: int = eqx.field(static=True)
+    horizon: Int[Array, ""]
+    action_space: Space = eqx.field(static=True)
 
 
 def gae(
@@ -110,15 +110,19 @@ class PPO(AbstractAgent[PPOState]):
                 "values whose product is divisible by num_minibatches."
             )
 
-    def _optimizer(self, horizon: int) -> optax.GradientTransformation:
-        lr = (
-            optax.linear_schedule(self.learning_rate, 0.0, horizon)
-            if self.anneal_lr
-            else self.learning_rate
-        )
-        return optax.chain(
-            optax.clip_by_global_norm(self.max_grad_norm), optax.adam(lr, eps=1e-5)
-        )
+    def _optimizer(self, horizon: Int[Array, ""]) -> optax.GradientTransformation:
+        chain = [
+            optax.clip_by_global_norm(self.max_grad_norm),
+            optax.adam(self.learning_rate, eps=1e-5),
+        ]
+        if self.anneal_lr:
+            # Linear decay to zero over the run. The horizon is an array in the
+            # state (not a static int) so that a saved state loads into a template
+            # built for any run length.
+            chain.append(
+                optax.scale_by_schedule(lambda n: jnp.maximum(1.0 - n / horizon, 0.0))
+            )
+        return optax.chain(*chain)
 
     def init(
         self,
@@ -147,10 +151,10 @@ class PPO(AbstractAgent[PPOState]):
             )
         critic = Critic(shape, self.hidden_sizes, self.activation, key=k_critic)
         updates = max(total_steps // (num_envs * self.num_steps), 1)
-        horizon = updates * self.num_epochs * self.num_minibatches
+        horizon = jnp.array(updates * self.num_epochs * self.num_minibatches)
         opt_state = self._optimizer(horizon).init((actor, critic))
         return PPOState(
-            actor, critic, opt_state, jnp.array(0, jnp.int32), action_space, horizon
+            actor, critic, opt_state, jnp.array(0, jnp.int32), horizon, action_space
         )
 
     def _policy(self, state: PPOState, actor, obs, action):
@@ -260,6 +264,6 @@ class PPO(AbstractAgent[PPOState]):
         )
         metrics["explained_variance"] = explained
         new = PPOState(
-            actor, critic, opt_state, state.step + 1, state.action_space, state.horizon
+            actor, critic, opt_state, state.step + 1, state.horizon, state.action_space
         )
         return new, metrics
