@@ -85,6 +85,15 @@ class Recorder:
             self.bar = None
 
 
+def preload_matplotlib() -> None:
+    """Import what `plot_curve` needs, from a background thread."""
+    try:
+        import matplotlib.backends.backend_agg
+        import matplotlib.figure  # noqa: F401
+    except Exception:
+        pass  # `plot_curve` imports (and reports) it again
+
+
 def plot_curve(
     path: Path, steps: list[int], returns: list[list[float]], title: str
 ) -> None:

@@ -20,6 +20,7 @@ _T_START = time.perf_counter()
 import logging  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
+import threading  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -157,6 +158,10 @@ def main(
     import runners
     import zoo
 
+    if _run.observers:
+        # The learning-curve PNG needs matplotlib (~1 s to import): load it while
+        # XLA compiles, which leaves the interpreter idle.
+        threading.Thread(target=_record.preload_matplotlib, daemon=True).start()
     agent_module = zoo.make(agent, **hp)
     env_module = envs.make(env)
     recorder = _record.Recorder(_run, num_seeds, progress)
