@@ -77,7 +77,7 @@ def _measure(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").strip().split("\n")[0])
     parser.add_argument("--agent", default="dqn")
     parser.add_argument("--env", help="default: the agent's default env")
     parser.add_argument("--repeats", type=int, default=3)

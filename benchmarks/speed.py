@@ -61,7 +61,7 @@ def child(case: str, num_seeds: int, t_launch: float, seed: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="Training speed and final return.")
     parser.add_argument("--case", action="append", choices=CASES, help="agent:env")
     parser.add_argument("--seeds", type=int, action="append", help="number of seeds")
     parser.add_argument("--seed", type=int, default=0, help="base PRNG seed")
@@ -86,7 +86,7 @@ def main() -> None:
             if out.returncode:
                 sys.stderr.write(out.stderr)
                 raise SystemExit(f"benchmark {case} with {seeds} seeds failed")
-            print(out.stdout.strip().splitlines()[-1], flush=True)
+            print((out.stdout or "").strip().splitlines()[-1], flush=True)
 
 
 if __name__ == "__main__":

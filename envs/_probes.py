@@ -83,7 +83,7 @@ class ActionReward(_AbstractProbe):
 
     def step_env(self, key: PRNGKeyArray, state: ProbeState, action: Action):
         new = ProbeState(state.obs, state.time + 1)
-        reward = (action == 1).astype(jnp.float32)
+        reward = jnp.where(jnp.asarray(action) == 1, 1.0, 0.0)
         return state.obs, new, reward, jnp.array(True), jnp.array(False), {}
 
 

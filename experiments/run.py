@@ -71,10 +71,10 @@ def _logger() -> logging.Logger:
 
 
 ex = Experiment("equizoo", base_dir=str(ROOT))
-ex.logger = _logger()
+ex.logger = _logger()  # pyright: ignore[reportAttributeAccessIssue]
 # The progress bar redraws itself with carriage returns; keep only the final
 # state of each line in the recorded output.
-ex.captured_out_filter = apply_backspaces_and_linefeeds
+ex.captured_out_filter = apply_backspaces_and_linefeeds  # pyright: ignore[reportAttributeAccessIssue]
 
 
 @ex.config

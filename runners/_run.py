@@ -177,27 +177,28 @@ def run(
         )
         for n in sorted(eval_sizes)
     }
-    if state is None:
-        state = _compile(init_fn, seed_keys)(seed_keys)
+    carry: TrainState = (
+        _compile(init_fn, seed_keys)(seed_keys) if state is None else state
+    )
     compile_s = time.perf_counter() - t0
-    start_iter = int(state.iteration[0])
+    start_iter = int(carry.iteration[0])
 
     reports: list[Report] = []
     t_train = time.perf_counter()
     first_chunk = start_iter // chunk_iters
     for chunk in range(first_chunk, num_chunks):
-        state, metrics = chunk_compiled(state)
+        carry, metrics = chunk_compiled(carry)
         last = chunk == num_chunks - 1
         eval_returns = None
         if last or eval_every is not None:
             n = final_eval_episodes if last else eval_episodes
             k = jax.vmap(lambda k: jr.fold_in(k, chunk))(eval_keys)
-            returns = eval_compiled[n](state.agent_state, k)
+            returns = eval_compiled[n](carry.agent_state, k)
             eval_returns = [float(r) for r in np.asarray(returns).mean(axis=1)]
             if last:
                 final_returns = np.asarray(returns)
         metrics = jax.device_get(metrics)
-        env_steps = int(state.env_steps[0])
+        env_steps = int(carry.env_steps[0])
         elapsed = time.perf_counter() - t_train
         report = Report(
             env_steps=env_steps,
@@ -213,7 +214,7 @@ def run(
         if callback is not None:
             callback(report)
     train_s = time.perf_counter() - t_train
-    return RunResult(state, final_returns, reports, compile_s, train_s, total)
+    return RunResult(carry, final_returns, reports, compile_s, train_s, total)
 
 
 def _summarise(metrics: dict[str, np.ndarray]) -> dict[str, float]:

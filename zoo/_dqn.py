@@ -1,6 +1,6 @@
 """Deep Q-learning with double-Q, dueling heads and Polyak or periodic targets."""
 
-from typing import final
+from typing import cast, final
 
 import equinox as eqx
 import jax
@@ -175,6 +175,15 @@ class DQN(AbstractAgent[DQNState]):
         loss = jnp.mean(optax.huber_loss(q_taken, y, delta=self.huber_delta))
         return loss, jnp.mean(q_taken)
 
+    def _target_update(
+        self, online: QNetwork, target: QNetwork, step: Int[Array, ""]
+    ) -> QNetwork:
+        """Every `target_update_interval` gradient steps, move the target a fraction
+        `tau` of the way to the online network."""
+        moved = optax.incremental_update(online, target, self.tau)  # pyright: ignore
+        new = optax.periodic_update(moved, target, step, self.target_update_interval)  # pyright: ignore
+        return cast(QNetwork, new)
+
     def update(
         self, state: DQNState, memory: ReplayState, *, key: PRNGKeyArray
     ) -> tuple[DQNState, Metrics]:
@@ -185,15 +194,11 @@ class DQN(AbstractAgent[DQNState]):
             (loss, q_mean), grads = eqx.filter_value_and_grad(self._loss, has_aux=True)(
                 s.online, s.target, batch
             )
-            updates, opt_state = optimizer.update(grads, s.opt_state, s.online)
+            params = eqx.filter(s.online, eqx.is_inexact_array)
+            updates, opt_state = optimizer.update(grads, s.opt_state, params)
             online = eqx.apply_updates(s.online, updates)
             step = s.step + 1
-            target = optax.periodic_update(
-                optax.incremental_update(online, s.target, self.tau),
-                s.target,
-                step,
-                self.target_update_interval,
-            )
+            target = self._target_update(online, s.target, step)
             return DQNState(online, target, opt_state, step, s.env_steps), (
                 loss,
                 q_mean,
@@ -212,4 +217,5 @@ class DQN(AbstractAgent[DQNState]):
         state = eqx.tree_at(lambda s: s.env_steps, state, memory.count)
         ready = memory.size >= jnp.maximum(self.learning_starts, self.batch_size)
         state, metrics = jax.lax.cond(ready, learn, skip, state)
-        return state, {**metrics, "epsilon": self._epsilon(state.env_steps)}
+        epsilon = jnp.asarray(self._epsilon(state.env_steps))
+        return state, {**metrics, "epsilon": epsilon}

@@ -67,7 +67,7 @@ class MLP(eqx.Module):
     @property
     def out_size(self) -> int:
         return (
-            self.layers[-1].out_features
+            int(self.layers[-1].weight.shape[0])
             if self.layers
             else int(np.prod(self.obs_shape))
         )

@@ -152,14 +152,16 @@ class PPO(AbstractAgent[PPOState]):
         critic = Critic(shape, self.hidden_sizes, self.activation, key=k_critic)
         updates = max(total_steps // (num_envs * self.num_steps), 1)
         horizon = jnp.array(updates * self.num_epochs * self.num_minibatches)
-        opt_state = self._optimizer(horizon).init((actor, critic))
+        opt_state = self._optimizer(horizon).init(
+            eqx.filter((actor, critic), eqx.is_inexact_array)
+        )
         return PPOState(
             actor, critic, opt_state, jnp.array(0, jnp.int32), horizon, action_space
         )
 
     def _policy(self, state: PPOState, actor, obs, action):
         """Log-probability of `action` and the policy's entropy at `obs`."""
-        if isinstance(state.action_space, Discrete):
+        if isinstance(actor, DiscreteActor):
             logits = actor(obs)
             return dist.categorical_log_prob(logits, action), dist.categorical_entropy(
                 logits
@@ -180,6 +182,7 @@ class PPO(AbstractAgent[PPOState]):
         space = state.action_space
         value = state.critic(obs)
         if isinstance(space, Discrete):
+            assert isinstance(state.actor, DiscreteActor)
             logits = state.actor(obs)
             if greedy:
                 action = jnp.argmax(logits).astype(jnp.int32)
@@ -187,7 +190,7 @@ class PPO(AbstractAgent[PPOState]):
                 action = dist.categorical_sample(logits, key=key).astype(jnp.int32)
             log_prob = dist.categorical_log_prob(logits, action)
             return action, {"log_prob": log_prob, "value": value}
-        assert isinstance(space, Box)
+        assert isinstance(space, Box) and isinstance(state.actor, GaussianActor)
         mean, log_std = state.actor(obs)
         raw = mean if greedy else dist.gaussian_sample(mean, log_std, key=key)
         log_prob = dist.gaussian_log_prob(mean, log_std, raw)
@@ -245,7 +248,8 @@ class PPO(AbstractAgent[PPOState]):
             nets, opt_state = carry
             mb = jax.tree.map(lambda x: x[index], (flat, advantages, returns))
             (loss, aux), grads = grad_fn(nets, state, *mb)
-            updates, opt_state = optimizer.update(grads, opt_state, nets)
+            params = eqx.filter(nets, eqx.is_inexact_array)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
             nets = eqx.apply_updates(nets, updates)
             return (nets, opt_state), {"loss": loss, **aux}
 
