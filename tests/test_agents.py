@@ -13,23 +13,25 @@ import zoo
 GAMMA = 0.9
 
 # Small, fast settings: probes are learnt in a few thousand steps.
+DQN_PROBE = dict(
+    gamma=GAMMA,
+    learning_rate=5e-3,
+    # Close to a squared loss: Huber's capped gradient makes Q grow slowly
+    # towards the large targets of the truncation probe.
+    huber_delta=10.0,
+    buffer_size=2_000,
+    batch_size=64,
+    learning_starts=256,
+    gradient_steps=2,
+    target_update_interval=1,
+    tau=0.1,
+    exploration_steps=1_000,
+    hidden_sizes=(32,),
+)
 AGENTS = {
-    "dqn": lambda: zoo.make(
-        "dqn",
-        gamma=GAMMA,
-        learning_rate=5e-3,
-        # Close to a squared loss: Huber's capped gradient makes Q grow slowly
-        # towards the large targets of the truncation probe.
-        huber_delta=10.0,
-        buffer_size=2_000,
-        batch_size=64,
-        learning_starts=256,
-        gradient_steps=2,
-        target_update_interval=1,
-        tau=0.1,
-        exploration_steps=1_000,
-        hidden_sizes=(32,),
-    ),
+    "dqn": lambda: zoo.make("dqn", **DQN_PROBE),
+    # n-step returns: discounting and truncation inside the window.
+    "dqn3": lambda: zoo.make("dqn", n_step=3, **DQN_PROBE),
     "ppo": lambda: zoo.make(
         "ppo",
         gamma=GAMMA,
@@ -42,7 +44,7 @@ AGENTS = {
         hidden_sizes=(32,),
     ),
 }
-STEPS = {"dqn": 12_000, "ppo": 20_000}
+STEPS = {"dqn": 12_000, "dqn3": 12_000, "ppo": 20_000}
 
 # Each probe: the expected value (or Q) at given observations.
 CASES = [
@@ -51,6 +53,8 @@ CASES = [
     ("dqn", "probe/TwoStepDiscount"),
     ("dqn", "probe/ActionReward"),
     ("dqn", "probe/TruncatedConstantReward"),
+    ("dqn3", "probe/TwoStepDiscount"),
+    ("dqn3", "probe/TruncatedConstantReward"),
     ("ppo", "probe/ConstantReward"),
     ("ppo", "probe/ObservationReward"),
     ("ppo", "probe/TwoStepDiscount"),

@@ -11,34 +11,93 @@ import runners
 import zoo
 
 
-def _transitions(values, num_envs=1):
-    """A `[steps, num_envs]` trajectory whose reward field holds `values`."""
-    r = jnp.asarray(values, dtype=jnp.float32).reshape(-1, num_envs)
+def _transitions(rewards, terminated=None, truncated=None):
+    """A `[steps, num_envs]` trajectory: obs and reward both hold `rewards`."""
+    r = jnp.asarray(rewards, dtype=jnp.float32)
     z = jnp.zeros(r.shape, bool)
+    term = z if terminated is None else jnp.asarray(terminated, bool)
+    trunc = z if truncated is None else jnp.asarray(truncated, bool)
     obs = r[..., None]
-    return zoo.Transition(obs, r.astype(jnp.int32), r, z, z, obs, {})
+    return zoo.Transition(obs, r.astype(jnp.int32), r, term, trunc, obs + 0.5, {})
+
+
+def _empty(replay, num_envs):
+    example = jax.tree.map(lambda x: x[0, 0], _transitions([[0.0]]))
+    return replay.init(example, num_envs)
 
 
 def test_replay_wraps_around():
-    replay = zoo.Replay(capacity=5)
-    state = replay.init(jax.tree.map(lambda x: x[0, 0], _transitions([0.0])), 1)
-    state = replay.add(state, _transitions([1.0, 2.0, 3.0]))
-    assert (int(state.position), int(state.size), int(state.count)) == (3, 3, 3)
-    state = replay.add(state, _transitions([4.0, 5.0, 6.0, 7.0], num_envs=2))
-    # Seven transitions in a buffer of five: the two oldest were overwritten.
-    assert (int(state.position), int(state.size), int(state.count)) == (2, 5, 7)
-    np.testing.assert_array_equal(state.data.reward, [6.0, 7.0, 3.0, 4.0, 5.0])
-    np.testing.assert_array_equal(state.data.obs[:, 0], [6.0, 7.0, 3.0, 4.0, 5.0])
-    batch = replay.sample(state, 1000, key=jr.PRNGKey(0))
-    assert set(np.unique(batch.reward).tolist()) == {3.0, 4.0, 5.0, 6.0, 7.0}
+    # Ten transitions of two envs: five rows, each env in time order.
+    replay = zoo.Replay(capacity=10)
+    state = _empty(replay, 2)
+    state = replay.add(state, _transitions([[1.0, 11.0], [2.0, 12.0], [3.0, 13.0]]))
+    assert (int(state.position), int(state.size), int(state.count)) == (3, 3, 6)
+    state = replay.add(
+        state, _transitions([[4.0, 14.0], [5.0, 15.0], [6.0, 16.0], [7.0, 17.0]])
+    )
+    # Seven steps in five rows: the two oldest were overwritten.
+    assert (int(state.position), int(state.size), int(state.count)) == (2, 5, 14)
+    np.testing.assert_array_equal(state.data.reward[:, 0], [6.0, 7.0, 3.0, 4.0, 5.0])
+    np.testing.assert_array_equal(state.data.obs[:, 1, 0], [16, 17, 13, 14, 15])
+    batch, discount = replay.sample(state, 1000, key=jr.PRNGKey(0))
+    assert set(np.unique(batch.reward).tolist()) == {
+        3.0,
+        4.0,
+        5.0,
+        6.0,
+        7.0,
+        13.0,
+        14.0,
+        15.0,
+        16.0,
+        17.0,
+    }
+    np.testing.assert_array_equal(batch.next_obs[:, 0], batch.reward + 0.5)
+    np.testing.assert_array_equal(discount, 1.0)
 
 
 def test_replay_samples_only_filled_slots():
     replay = zoo.Replay(capacity=100)
-    state = replay.init(jax.tree.map(lambda x: x[0, 0], _transitions([0.0])), 1)
-    state = replay.add(state, _transitions([1.0, 2.0]))
-    batch = replay.sample(state, 500, key=jr.PRNGKey(1))
+    state = replay.add(_empty(replay, 1), _transitions([[1.0], [2.0]]))
+    batch, _ = replay.sample(state, 500, key=jr.PRNGKey(1))
     assert set(np.unique(batch.reward).tolist()) == {1.0, 2.0}
+
+
+def test_replay_n_step_returns_stop_at_episode_ends():
+    replay = zoo.Replay(capacity=4)
+    # One env: rewards 1, 2, 4, 8; the episode terminates on the second step.
+    state = replay.add(
+        _empty(replay, 1),
+        _transitions([[1.0], [2.0], [4.0], [8.0]], terminated=[[0], [1], [0], [0]]),
+    )
+    batch, discount = replay.sample(state, 400, key=jr.PRNGKey(2), n_step=2, gamma=0.5)
+    start = np.asarray(batch.obs[:, 0])
+    # Windows of two steps start at rows 0, 1, 2 (row 3 has no successor yet).
+    assert set(start.tolist()) == {1.0, 2.0, 4.0}
+    for s, r, d, term, nxt in zip(
+        start,
+        batch.reward,
+        discount,
+        batch.terminated,
+        batch.next_obs[:, 0],
+        strict=True,
+    ):
+        if s == 1.0:  # 1 + 0.5 * 2, then the episode terminated
+            assert (float(r), float(d), bool(term), float(nxt)) == (
+                2.0,
+                0.25,
+                True,
+                2.5,
+            )
+        elif s == 2.0:  # terminates at once: one step
+            assert (float(r), float(d), bool(term), float(nxt)) == (2.0, 0.5, True, 2.5)
+        else:  # 4 + 0.5 * 8, bootstrap from the observation after 8
+            assert (float(r), float(d), bool(term), float(nxt)) == (
+                8.0,
+                0.25,
+                False,
+                8.5,
+            )
 
 
 def _gae_reference(reward, value, next_value, done, gamma, lam):

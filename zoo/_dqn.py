@@ -23,6 +23,8 @@ class DQNState(eqx.Module):
     opt_state: PyTree
     step: Int[Array, ""]  # gradient steps taken
     env_steps: Int[Array, ""]  # transitions seen, across envs (drives epsilon)
+    # Gradient steps over the whole run: the horizon of learning-rate annealing.
+    horizon: Int[Array, ""]
 
 
 @final
@@ -32,7 +34,9 @@ class DQN(AbstractAgent[DQNState]):
     **Arguments:**
 
     - `learning_rate`, `max_grad_norm`: Adam step size; global-norm gradient clipping.
-    - `gamma`: discount.
+    - `anneal_lr`: decay the learning rate linearly to zero over the run's
+      gradient steps (it steadies the final policy).
+    - `gamma`: discount; `n_step`: bootstrap after summing up to `n_step` rewards.
     - `buffer_size`, `batch_size`: uniform replay capacity and minibatch size.
     - `learning_starts`: transitions in the buffer before the first update.
     - `train_frequency`: env steps per env between updates; `gradient_steps`:
@@ -49,7 +53,9 @@ class DQN(AbstractAgent[DQNState]):
     """
 
     learning_rate: float = 1e-3
+    anneal_lr: bool = eqx.field(static=True, default=False)
     gamma: float = 0.99
+    n_step: int = eqx.field(static=True, default=1)
     buffer_size: int = eqx.field(static=True, default=10_000)
     batch_size: int = eqx.field(static=True, default=64)
     learning_starts: int = 1_000
@@ -75,6 +81,7 @@ class DQN(AbstractAgent[DQNState]):
             "train_frequency",
             "gradient_steps",
             "target_update_interval",
+            "n_step",
         )
         if not 0.0 < self.tau <= 1.0:
             raise ValueError(f"DQN: tau must be in (0, 1], got {self.tau}")
@@ -103,11 +110,16 @@ class DQN(AbstractAgent[DQNState]):
                 f"transitions per iteration exceed buffer_size={self.buffer_size}"
             )
 
-    def _optimizer(self) -> optax.GradientTransformation:
-        return optax.chain(
+    def _optimizer(self, horizon: Int[Array, ""]) -> optax.GradientTransformation:
+        chain = [
             optax.clip_by_global_norm(self.max_grad_norm),
             optax.adam(self.learning_rate),
-        )
+        ]
+        if self.anneal_lr:
+            chain.append(
+                optax.scale_by_schedule(lambda n: jnp.maximum(1.0 - n / horizon, 0.0))
+            )
+        return optax.chain(*chain)
 
     def _epsilon(self, env_steps):
         schedule = optax.linear_schedule(
@@ -136,9 +148,13 @@ class DQN(AbstractAgent[DQNState]):
             self.dueling,
             key=key,
         )
-        opt_state = self._optimizer().init(eqx.filter(online, eqx.is_inexact_array))
+        per_iteration = num_envs * self.train_frequency
+        learning = total_steps // per_iteration - self.learning_starts // per_iteration
+        horizon = jnp.array(max(learning, 1) * self.gradient_steps, jnp.int32)
+        params = eqx.filter(online, eqx.is_inexact_array)
+        opt_state = self._optimizer(horizon).init(params)
         zero = jnp.array(0, jnp.int32)
-        return DQNState(online, online, opt_state, zero, zero)
+        return DQNState(online, online, opt_state, zero, zero, horizon)
 
     def act(
         self,
@@ -158,7 +174,11 @@ class DQN(AbstractAgent[DQNState]):
         return action, {}
 
     def _loss(
-        self, online: QNetwork, target: QNetwork, batch: Transition
+        self,
+        online: QNetwork,
+        target: QNetwork,
+        batch: Transition,
+        discount: Float[Array, " batch"],
     ) -> tuple[Float[Array, ""], Float[Array, ""]]:
         q = jax.vmap(online)(batch.obs)
         q_taken = jnp.take_along_axis(q, batch.action[:, None], axis=1)[:, 0]
@@ -170,7 +190,7 @@ class DQN(AbstractAgent[DQNState]):
         q_next = jnp.take_along_axis(q_next_target, next_action[:, None], axis=1)[:, 0]
         # Truncated episodes bootstrap from their final observation; only
         # termination cuts the return.
-        y = batch.reward + self.gamma * (1.0 - batch.terminated) * q_next
+        y = batch.reward + discount * (1.0 - batch.terminated) * q_next
         y = jax.lax.stop_gradient(y)
         loss = jnp.mean(optax.huber_loss(q_taken, y, delta=self.huber_delta))
         return loss, jnp.mean(q_taken)
@@ -187,19 +207,22 @@ class DQN(AbstractAgent[DQNState]):
     def update(
         self, state: DQNState, memory: ReplayState, *, key: PRNGKeyArray
     ) -> tuple[DQNState, Metrics]:
-        optimizer = self._optimizer()
+        optimizer = self._optimizer(state.horizon)
 
         def gradient_step(s: DQNState, k):
-            batch = self.memory.sample(memory, self.batch_size, key=k)
+            batch, discount = self.memory.sample(
+                memory, self.batch_size, key=k, n_step=self.n_step, gamma=self.gamma
+            )
             (loss, q_mean), grads = eqx.filter_value_and_grad(self._loss, has_aux=True)(
-                s.online, s.target, batch
+                s.online, s.target, batch, discount
             )
             params = eqx.filter(s.online, eqx.is_inexact_array)
             updates, opt_state = optimizer.update(grads, s.opt_state, params)
             online = eqx.apply_updates(s.online, updates)
             step = s.step + 1
             target = self._target_update(online, s.target, step)
-            return DQNState(online, target, opt_state, step, s.env_steps), (
+            new = DQNState(online, target, opt_state, step, s.env_steps, s.horizon)
+            return new, (
                 loss,
                 q_mean,
             )
@@ -215,7 +238,9 @@ class DQN(AbstractAgent[DQNState]):
             return s, {"loss": zero, "q_mean": zero}
 
         state = eqx.tree_at(lambda s: s.env_steps, state, memory.count)
-        ready = memory.size >= jnp.maximum(self.learning_starts, self.batch_size)
+        ready = (memory.count >= max(self.learning_starts, self.batch_size)) & (
+            memory.size >= self.n_step
+        )
         state, metrics = jax.lax.cond(ready, learn, skip, state)
         epsilon = jnp.asarray(self._epsilon(state.env_steps))
         return state, {**metrics, "epsilon": epsilon}

@@ -65,15 +65,19 @@ class Rollout(AbstractMemory):
 
 @final
 class ReplayState(eqx.Module):
-    data: Transition
-    position: Int[Array, ""]
-    size: Int[Array, ""]
-    count: Int[Array, ""]
+    data: Transition  # [rows, num_envs, ...]: each env's transitions in time order
+    position: Int[Array, ""]  # the next row to write
+    size: Int[Array, ""]  # rows written, at most `rows`
+    count: Int[Array, ""]  # transitions ever added, all envs together
 
 
 @final
 class Replay(AbstractMemory):
-    """A uniform replay buffer of `capacity` transitions; the oldest are overwritten."""
+    """A uniform replay buffer of `capacity` transitions; the oldest are overwritten.
+
+    Transitions are stored per env in time order (`capacity // num_envs` rows of
+    `num_envs`), so that `sample` can also build n-step returns.
+    """
 
     capacity: int = eqx.field(static=True)
 
@@ -82,32 +86,74 @@ class Replay(AbstractMemory):
             raise ValueError(f"replay capacity must be positive, got {self.capacity}")
 
     def init(self, example: Transition, num_envs: int) -> ReplayState:
+        rows = max(self.capacity // num_envs, 1)
         data = jax.tree.map(
-            lambda x: jnp.zeros((self.capacity, *x.shape), x.dtype), example
+            lambda x: jnp.zeros((rows, num_envs, *x.shape), x.dtype), example
         )
         zero = jnp.array(0, jnp.int32)
         return ReplayState(data, zero, zero, zero)
 
     def add(self, state: ReplayState, trajectory: Transition) -> ReplayState:
-        flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), trajectory)
-        n = jax.tree.leaves(flat)[0].shape[0]
-        if n > self.capacity:
+        rows = state.data.reward.shape[0]
+        num_steps, num_envs = trajectory.reward.shape
+        if num_steps > rows:
             raise ValueError(
-                f"a rollout of {n} transitions does not fit a replay buffer of "
-                f"{self.capacity}"
+                f"a rollout of {num_steps} steps of {num_envs} envs does not fit a "
+                f"replay buffer of {self.capacity} transitions"
             )
-        index = (state.position + jnp.arange(n)) % self.capacity
-        data = jax.tree.map(lambda buf, x: buf.at[index].set(x), state.data, flat)
+        index = (state.position + jnp.arange(num_steps)) % rows
+        data = jax.tree.map(lambda buf, x: buf.at[index].set(x), state.data, trajectory)
         return ReplayState(
             data,
-            (state.position + n) % self.capacity,
-            jnp.minimum(state.size + n, self.capacity),
-            state.count + n,
+            (state.position + num_steps) % rows,
+            jnp.minimum(state.size + num_steps, rows),
+            state.count + num_steps * num_envs,
         )
 
     def sample(
-        self, state: ReplayState, batch_size: int, *, key: PRNGKeyArray
-    ) -> Transition:
-        """Draw `batch_size` transitions uniformly, with replacement."""
-        index = jr.randint(key, (batch_size,), 0, jnp.maximum(state.size, 1))
-        return jax.tree.map(lambda x: x[index], state.data)
+        self,
+        state: ReplayState,
+        batch_size: int,
+        *,
+        key: PRNGKeyArray,
+        n_step: int = 1,
+        gamma: float | Float[Array, ""] = 1.0,
+    ) -> tuple[Transition, Float[Array, " batch"]]:
+        """Draw `batch_size` n-step transitions uniformly, with replacement.
+
+        Each starts at a random stored step of a random env and sums the next
+        `n_step` discounted rewards, stopping early where an episode ends.
+
+        **Returns:** the transitions (with `reward` the discounted sum, `next_obs`
+        the observation to bootstrap from and `terminated` whether the episode
+        terminated within the window) and the discount `gamma**k` to apply to the
+        bootstrap value, where `k` is the number of steps summed.
+        """
+        rows, num_envs = state.data.reward.shape
+        k_row, k_env = jr.split(key)
+        # Starting rows whose whole window has been written.
+        starts = jnp.maximum(state.size - (n_step - 1), 1)
+        oldest = jnp.where(state.size < rows, 0, state.position)
+        row = (oldest + jr.randint(k_row, (batch_size,), 0, starts)) % rows
+        env = jr.randint(k_env, (batch_size,), 0, num_envs)
+        window = (row[:, None] + jnp.arange(n_step)[None, :]) % rows  # [batch, n]
+        at = lambda x: x[window, env[:, None]]
+        done = at(state.data.terminated) | at(state.data.truncated)
+        # Step i counts if no episode ended before it within the window.
+        ended_before = jnp.cumsum(done, axis=1) - done
+        alive = (ended_before == 0).astype(jnp.float32)
+        discounts = jnp.asarray(gamma) ** jnp.arange(n_step, dtype=jnp.float32)
+        reward = jnp.sum(at(state.data.reward) * alive * discounts[None, :], axis=1)
+        steps = jnp.sum(alive, axis=1).astype(jnp.int32)
+        last = jnp.take_along_axis(window, (steps - 1)[:, None], axis=1)[:, 0]
+        first = jax.tree.map(lambda x: x[row, env], state.data)
+        batch = Transition(
+            obs=first.obs,
+            action=first.action,
+            reward=reward,
+            terminated=state.data.terminated[last, env],
+            truncated=state.data.truncated[last, env],
+            next_obs=state.data.next_obs[last, env],
+            extras=first.extras,
+        )
+        return batch, jnp.asarray(gamma) ** steps
