@@ -1,7 +1,24 @@
 """Runners: compose an agent and an env into compiled training."""
 
+from ._checkpoint import (
+    CheckpointError as CheckpointError,
+    latest_checkpoint as latest_checkpoint,
+    list_checkpoints as list_checkpoints,
+    load_checkpoint as load_checkpoint,
+    prune_checkpoints as prune_checkpoints,
+    read_meta as read_meta,
+    save_checkpoint as save_checkpoint,
+    structure as structure,
+    verify_checkpoint as verify_checkpoint,
+)
 from ._evaluate import evaluate as evaluate
-from ._run import Report as Report, RunResult as RunResult, plan as plan, run as run
+from ._run import (
+    NonFiniteError as NonFiniteError,
+    Report as Report,
+    RunResult as RunResult,
+    plan as plan,
+    run as run,
+)
 from ._train import (
     TrainState as TrainState,
     init as init,

@@ -7,7 +7,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+import equinox as eqx
 import jax
+import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 from jaxtyping import PRNGKeyArray
@@ -60,8 +62,10 @@ class Report:
 @dataclasses.dataclass
 class RunResult:
     """`state`: the final `TrainState`, with a leading seed axis. `final_returns`:
-    `[num_seeds, eval_episodes]` greedy returns at the end. `reports`: one per chunk.
-    `compile_s` / `train_s`: wall time compiling and running."""
+    `[num_seeds, eval_episodes]` greedy returns at the end (`[num_seeds, 0]` when
+    stopped early). `reports`: one per chunk run. `compile_s` / `train_s`: wall time
+    compiling and running. `stopped`: `should_stop` ended the run before its last
+    chunk. `chunks`: the plan, `(num_chunks, iterations_per_chunk)`."""
 
     state: TrainState
     final_returns: np.ndarray
@@ -69,16 +73,39 @@ class RunResult:
     compile_s: float
     train_s: float
     total_steps: int
+    stopped: bool = False
+    chunks: tuple[int, int] = (0, 0)
+
+
+class NonFiniteError(FloatingPointError):
+    """Training produced a non-finite metric or parameter. Raised at the chunk
+    boundary where it is found, before the callback and before any checkpoint of
+    that chunk, so the last checkpoint written holds good values."""
+
+    def __init__(self, message: str, *, env_steps: int, metric: str):
+        super().__init__(message)
+        self.env_steps = env_steps
+        self.metric = metric
 
 
 def _init_seeds(agent, env, keys, *, num_envs, total_steps):
-    return jax.vmap(
+    state = jax.vmap(
         lambda k: init(agent, env, key=k, num_envs=num_envs, total_steps=total_steps)
     )(keys)
+    # No weak types: a state read back from a checkpoint has none, and a resumed
+    # run must compile the very program the original ran.
+    return jax.tree.map(lambda x: jax.lax.convert_element_type(x, x.dtype), state)
 
 
 def _chunk_seeds(agent, env, state, *, iterations):
-    return jax.vmap(lambda s: train_chunk(agent, env, s, iterations))(state)
+    state, metrics = jax.vmap(lambda s: train_chunk(agent, env, s, iterations))(state)
+    # One reduction over the parameters per chunk, fetched with the metrics: the
+    # host checks it at the chunk boundary, so nothing inside the chunk syncs.
+    params = jax.tree.leaves(eqx.filter(state.agent_state, eqx.is_inexact_array))
+    finite = jnp.ones(state.iteration.shape, bool)
+    for p in params:
+        finite = finite & jnp.all(jnp.isfinite(p.reshape(p.shape[0], -1)), axis=1)
+    return state, metrics, finite
 
 
 def _evaluate_seeds(agent, env, agent_state, keys, *, num_episodes):
@@ -123,13 +150,19 @@ def run(
     final_eval_episodes: int | None = None,
     callback: Callable[[Report], Any] | None = None,
     state: TrainState | None = None,
+    chunks: tuple[int, int] | None = None,
+    checkpoint: Callable[[TrainState, Report], Any] | None = None,
+    checkpoint_every: int | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> RunResult:
     """Train `num_seeds` seeds of `agent` on `env`, with a host loop around compiled
     chunks.
 
     One compiled chunk runs a block of iterations for all seeds; it is compiled once
-    and called repeatedly. Between chunks (never inside them) the loop evaluates the
-    greedy policy every `eval_every` env steps and calls `callback(Report)`.
+    and called repeatedly. Between chunks (never inside them) the loop checks that
+    the metrics and parameters are finite, evaluates the greedy policy every
+    `eval_every` env steps, calls `callback(Report)`, writes checkpoints, and asks
+    `should_stop()`.
 
     **Arguments:**
 
@@ -140,9 +173,23 @@ def run(
     - `final_eval_episodes`: episodes of the final evaluation (default
       `eval_episodes`).
     - `state`: a `TrainState` (with seed axis) to continue from instead of a fresh
-      one, e.g. from a checkpoint.
+      one, e.g. from a checkpoint. It must sit on a chunk boundary of the plan.
+    - `chunks`: the plan `(num_chunks, iterations_per_chunk)` instead of
+      `plan(agent, num_envs, total_steps, eval_every)`. A resumed run passes its
+      original's (`RunResult.chunks`), so that its chunks, evaluations and
+      metrics fall where the original's did; `total_steps` is then ignored.
+    - `checkpoint`: called as `checkpoint(state, report)` after the callback of
+      each chunk that crosses a multiple of `checkpoint_every` env steps, after
+      the last chunk, and when `should_stop` stops the run.
+    - `checkpoint_every`: env steps between checkpoints (rounded up to chunk
+      boundaries); `None`: only at the end and when stopped.
+    - `should_stop`: asked after each chunk; `True` writes a checkpoint and
+      returns early (`RunResult.stopped`), skipping the final evaluation.
 
     **Returns:** a `RunResult`.
+
+    **Raises:** `ValueError` for bad input, before compiling; `NonFiniteError`
+    when a training metric or parameter is NaN or infinite (checked per chunk).
     """
     validate(agent, env, num_envs, total_steps)
     if not isinstance(num_seeds, int) or num_seeds <= 0:
@@ -151,8 +198,14 @@ def run(
         raise ValueError(f"eval_every must be positive, got {eval_every}")
     if eval_episodes <= 0:
         raise ValueError(f"eval_episodes must be positive, got {eval_episodes}")
+    if checkpoint_every is not None and checkpoint_every <= 0:
+        raise ValueError(f"checkpoint_every must be positive, got {checkpoint_every}")
     final_eval_episodes = final_eval_episodes or eval_episodes
-    num_chunks, chunk_iters = plan(agent, num_envs, total_steps, eval_every)
+    if chunks is None:
+        chunks = plan(agent, num_envs, total_steps, eval_every)
+    num_chunks, chunk_iters = chunks
+    if num_chunks <= 0 or chunk_iters <= 0:
+        raise ValueError(f"chunks must be two positive integers, got {chunks}")
     per_iter = steps_per_iteration(agent, num_envs)
     total = num_chunks * chunk_iters * per_iter
     seed_keys = jr.split(key, num_seeds)
@@ -161,10 +214,32 @@ def run(
     t0 = time.perf_counter()
     init_fn = partial(_init_seeds, agent, env, num_envs=num_envs, total_steps=total)
     chunk_fn = partial(_chunk_seeds, agent, env, iterations=chunk_iters)
-    if state is None:
-        state_shape = jax.eval_shape(init_fn, seed_keys)
-    else:
-        state_shape = jax.eval_shape(lambda s: s, state)
+    state_shape = jax.eval_shape(init_fn, seed_keys)
+    if state is not None:
+        given = jax.eval_shape(lambda s: s, state)
+        if jax.tree.structure(given) != jax.tree.structure(state_shape) or any(
+            (a.shape, a.dtype) != (b.shape, b.dtype)
+            for a, b in zip(
+                jax.tree.leaves(given), jax.tree.leaves(state_shape), strict=True
+            )
+        ):
+            raise ValueError(
+                "state does not fit this agent, env, num_envs and num_seeds"
+            )
+        # Compile for the given state's exact types (a state read from disk has
+        # no weak types), so a resumed run runs what the original ran.
+        state_shape = given
+    start_iter = 0 if state is None else int(np.asarray(state.iteration).ravel()[0])
+    if start_iter % chunk_iters:
+        raise ValueError(
+            f"state is at iteration {start_iter}, not on a boundary of chunks of "
+            f"{chunk_iters} iterations: pass the plan it was trained with (chunks=)"
+        )
+    if start_iter >= num_chunks * chunk_iters:
+        raise ValueError(
+            f"state is at iteration {start_iter}: nothing left of a plan of "
+            f"{num_chunks} chunks x {chunk_iters} iterations"
+        )
     eval_sizes = {final_eval_episodes} | ({eval_episodes} if eval_every else set())
     # Everything is compiled before training starts, so that `compile_s` and
     # `train_s` are measured apart and no chunk waits on a compilation.
@@ -181,13 +256,16 @@ def run(
         _compile(init_fn, seed_keys)(seed_keys) if state is None else state
     )
     compile_s = time.perf_counter() - t0
-    start_iter = int(carry.iteration[0])
 
     reports: list[Report] = []
+    final_returns = np.zeros((num_seeds, 0), np.float32)
+    stopped = False
     t_train = time.perf_counter()
-    first_chunk = start_iter // chunk_iters
-    for chunk in range(first_chunk, num_chunks):
-        carry, metrics = chunk_compiled(carry)
+    steps = start_iter * per_iter
+    for chunk in range(start_iter // chunk_iters, num_chunks):
+        carry, metrics, finite = chunk_compiled(carry)
+        metrics, finite = jax.device_get((metrics, finite))
+        _check_finite(metrics, finite, first_step=steps + per_iter, per_iter=per_iter)
         last = chunk == num_chunks - 1
         eval_returns = None
         if last or eval_every is not None:
@@ -197,24 +275,79 @@ def run(
             eval_returns = [float(r) for r in np.asarray(returns).mean(axis=1)]
             if last:
                 final_returns = np.asarray(returns)
-        metrics = jax.device_get(metrics)
-        env_steps = int(carry.env_steps[0])
+        prev_steps, steps = steps, (chunk + 1) * chunk_iters * per_iter
         elapsed = time.perf_counter() - t_train
         report = Report(
-            env_steps=env_steps,
+            env_steps=steps,
             total_steps=total,
             chunk=chunk + 1,
             num_chunks=num_chunks,
             wall_s=time.perf_counter() - t0,
-            steps_per_s=(env_steps - start_iter * per_iter) * num_seeds / elapsed,
+            steps_per_s=(steps - start_iter * per_iter) * num_seeds / elapsed,
             train=_summarise(metrics),
             eval_returns=eval_returns,
         )
         reports.append(report)
         if callback is not None:
             callback(report)
+        stopped = not last and should_stop is not None and bool(should_stop())
+        due = checkpoint_every is not None and (
+            steps // checkpoint_every > prev_steps // checkpoint_every
+        )
+        if checkpoint is not None and (last or stopped or due):
+            checkpoint(carry, report)
+        if stopped:
+            break
     train_s = time.perf_counter() - t_train
-    return RunResult(carry, final_returns, reports, compile_s, train_s, total)
+    return RunResult(
+        carry,
+        final_returns,
+        reports,
+        compile_s,
+        train_s,
+        total,
+        stopped,
+        (num_chunks, chunk_iters),
+    )
+
+
+def _check_finite(
+    metrics: dict[str, np.ndarray],
+    finite: np.ndarray,
+    *,
+    first_step: int,
+    per_iter: int,
+) -> None:
+    """Raise `NonFiniteError` naming the first non-finite metric (and the env
+    step of its iteration), else non-finite parameters at the chunk's end."""
+    worst: tuple[int, str] | None = None
+    for name, values in metrics.items():
+        bad = ~np.isfinite(np.asarray(values, dtype=np.float64))  # [seeds, iters]
+        if bad.any():
+            iteration = int(np.argmax(bad.any(axis=0)))
+            if worst is None or iteration < worst[0]:
+                worst = (iteration, name)
+    if worst is not None:
+        iteration, name = worst
+        step = first_step + iteration * per_iter
+        values = np.asarray(metrics[name])[:, iteration]
+        seeds = np.flatnonzero(~np.isfinite(values))
+        raise NonFiniteError(
+            f"train.{name} is {values[seeds[0]]} at env step {step:,} (seed(s) "
+            f"{seeds.tolist()}); training stopped",
+            env_steps=step,
+            metric=f"train.{name}",
+        )
+    if not np.all(finite):
+        iterations = next(iter(metrics.values())).shape[1]
+        step = first_step + (iterations - 1) * per_iter
+        seeds = np.flatnonzero(~np.asarray(finite)).tolist()
+        raise NonFiniteError(
+            f"parameters: non-finite agent parameters by env step {step:,} "
+            f"(seed(s) {seeds}); training stopped",
+            env_steps=step,
+            metric="parameters",
+        )
 
 
 def _summarise(metrics: dict[str, np.ndarray]) -> dict[str, float]:
