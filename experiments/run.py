@@ -7,17 +7,22 @@
     python -m experiments.run with agent=dqn hp.learning_rate=1e-3
     python -m experiments.run print_config with agent=ppo env=Acrobot-v1
     python -m experiments.run -m localhost:27017:equizoo with agent=dqn   # + MongoDB
+    python -m experiments.run with resume=runs/1      # continue from its checkpoint
 
 Records go to `runs/` (a `FileStorageObserver`) unless `-F DIR` picks another
 folder; `-m` adds MongoDB (for Omniboard) and keeps the file record; `-u` records
-nothing. See docs/experiments.md.
+nothing. Checkpoints go to `runs/<id>/checkpoints/<env_steps>/`; SIGINT or SIGTERM
+stops at the next chunk boundary with a checkpoint. See docs/experiments.md.
 """
 
 import time
 
 _T_START = time.perf_counter()
 
+import ast  # noqa: E402
 import logging  # noqa: E402
+import shlex  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
@@ -31,17 +36,30 @@ if __name__ == "__main__":
     # Only as a program: importing this module must not change the importer's JAX.
     _jax_setup.set_xla_flags()
 
-from experiments import _config, _record, configs  # noqa: E402
+from experiments import _config, _interrupt, _mongo, _record, configs  # noqa: E402
 from experiments._config import ConfigError as ConfigError  # noqa: E402
+from experiments._interrupt import Interrupted as Interrupted  # noqa: E402
 from experiments._sacred import (  # noqa: E402
     Experiment,
     FileStorageObserver,
     MongoObserver,
+    SacredError,
     apply_backspaces_and_linefeeds,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS_DIR = Path("runs")  # relative to the working directory, like `-F runs`
+
+
+class TrainingError(SacredError):
+    """Training failed (e.g. a non-finite loss); Sacred prints one line and marks
+    the run FAILED."""
+
+    def __init__(self, message: str):
+        super().__init__(message, print_traceback=False)
+
+
+TrainingError.__module__ = "experiments.run"
 
 
 class _CurrentStderr(logging.StreamHandler):
@@ -79,24 +97,43 @@ ex.captured_out_filter = apply_backspaces_and_linefeeds  # pyright: ignore[repor
 
 @ex.config
 def config():
+    # continue the run recorded in this folder (e.g. "runs/1") from its newest
+    # checkpoint, with its config; only total_steps may grow
+    resume = None
     # agent name, one of zoo.names()
-    agent = "dqn"
+    agent = _config.resumed(resume, "agent", "dqn")
     # env name (envs.names()); default: experiments.configs.DEFAULT_ENV[agent]
-    env = configs.default_env(agent)
+    env = _config.resumed(resume, "env", configs.default_env(agent))
     # base PRNG seed: seed i of num_seeds trains with split(PRNGKey(seed))[i]
-    seed = 0
+    seed = _config.resumed(resume, "seed", 0)
     # independent seeds, trained together (vmapped)
-    num_seeds = 1
+    num_seeds = _config.resumed(resume, "num_seeds", 1)
     # env steps per seed (tuned block, else 100000)
-    total_steps = _config.run_default(agent, env, "total_steps")
+    total_steps = _config.resumed(
+        resume, "total_steps", _config.run_default(agent, env, "total_steps")
+    )
     # parallel envs per seed (tuned block, else 8)
-    num_envs = _config.run_default(agent, env, "num_envs")
+    num_envs = _config.resumed(
+        resume, "num_envs", _config.run_default(agent, env, "num_envs")
+    )
     # env steps between greedy evaluations (default ~10 per run); None: at the end
-    eval_every = _config.eval_every(agent, env, total_steps)
+    eval_every = _config.resumed(
+        resume, "eval_every", _config.eval_every(agent, env, total_steps)
+    )
     # greedy episodes per seed in each evaluation (tuned block, else 32)
-    eval_episodes = _config.run_default(agent, env, "eval_episodes")
+    eval_episodes = _config.resumed(
+        resume, "eval_episodes", _config.run_default(agent, env, "eval_episodes")
+    )
     # zoo.make(agent, **hp): agent defaults < tuned block < `with hp.<name>=...`
-    hp = _config.resolved_hp(agent, env)
+    hp = _config.resumed(resume, "hp", _config.resolved_hp(agent, env))
+    # env steps per seed between checkpoints (at chunk ends); None: only at the end
+    checkpoint_every = _config.resumed(
+        resume, "checkpoint_every", _config.CHECKPOINT_EVERY
+    )
+    # checkpoints kept in <run_dir>/checkpoints/, newest first
+    keep_checkpoints = _config.resumed(
+        resume, "keep_checkpoints", _config.KEEP_CHECKPOINTS
+    )
     # show a progress bar (stderr)
     progress = True
     # JAX persistent compilation cache (~/.cache/equizoo/jax; EQUIZOO_CACHE_DIR)
@@ -114,8 +151,16 @@ def _validate(config, command_name, logger):
 
 @ex.option_hook
 def _observers(options):
-    # Drop the default observer a previous run in this process added.
+    # Drop the default observers a previous run in this process added.
     ex.observers[:] = [o for o in ex.observers if o not in _DEFAULT_OBSERVERS]
+    _DEFAULT_OBSERVERS.clear()
+    mongo = options.get("--mongo_db")
+    if mongo and not options.get("--unobserved"):
+        # Ours instead of Sacred's: a short timeout and a ping before anything.
+        observer = _mongo.mongo_observer(mongo)
+        options["--mongo_db"] = None
+        _DEFAULT_OBSERVERS.append(observer)
+        ex.observers.append(observer)
     # "sys" tees Python's streams; Sacred's default "fd" starts a `tee`
     # subprocess and redirects file descriptors, which buys nothing here.
     if not options.get("--capture"):
@@ -140,14 +185,22 @@ def main(
     eval_every: int | None,
     eval_episodes: int,
     hp: dict[str, Any],
+    checkpoint_every: int | None,
+    keep_checkpoints: int,
+    resume: str | None,
     progress: bool,
     compilation_cache: bool,
     _run: Any,
 ) -> float:
-    """Train, logging metrics after each compiled chunk; save artifacts.
+    """Train, logging metrics and writing checkpoints after compiled chunks; save
+    artifacts.
 
     **Returns:** the final greedy return, averaged over episodes and seeds (Sacred
     stores it as the run's result).
+
+    **Raises:** `Interrupted` (a `KeyboardInterrupt`: Sacred marks the run
+    INTERRUPTED) after a checkpoint when SIGINT or SIGTERM stopped training;
+    `TrainingError` (FAILED) on a non-finite loss or parameter.
     """
     t_main = time.perf_counter()
     if compilation_cache:
@@ -164,41 +217,111 @@ def main(
         threading.Thread(target=_record.preload_matplotlib, daemon=True).start()
     agent_module = zoo.make(agent, **hp)
     env_module = envs.make(env)
-    recorder = _record.Recorder(_run, num_seeds, progress)
-    if progress:
+    run_dir = _file_dir(_run)
+    ckpt_root = None if run_dir is None else _config.checkpoint_root(run_dir)
+    chunks = runners.plan(agent_module, num_envs, total_steps, eval_every)
+    state = None
+    if resume is not None:
+        state, chunks, resumed_meta = _load_resume(
+            resume, agent_module, env_module, _run.config, chunks
+        )
+        _run.info["resumed_from"] = resumed_meta
+    num_chunks, chunk_iters = chunks
+    per_iter = num_envs * agent_module.num_steps
+    planned = num_chunks * chunk_iters * per_iter
+    config = dict(_run.config)
+    header = {
+        "agent": agent,
+        "env": env,
+        "hp": hp,
+        "seed": seed,
+        "num_seeds": num_seeds,
+        "num_envs": num_envs,
+        "total_steps": planned,
+        "plan": {"chunks": [num_chunks, chunk_iters], "total_steps": planned},
+        "config": config,
+        "run_id": _run._id,
+    }
+    written: list[Path] = []
+    checkpoint_s = [0.0]
+
+    def checkpoint(carry: Any, report: Any) -> None:
+        t = time.perf_counter()
+        root = ckpt_root if ckpt_root is not None else Path(tempfile.mkdtemp())
+        path = root / str(report.env_steps)
+        runners.save_checkpoint(path, carry, {**header, "env_steps": report.env_steps})
+        written.append(path)
+        runners.prune_checkpoints(root, keep_checkpoints)
+        checkpoint_s[0] += time.perf_counter() - t
+
+    def first_signal(signum: int) -> None:
         print(
-            f"Compiling {agent} on {env}: {num_seeds} seed(s) x {num_envs} envs, "
-            f"{total_steps:,} steps each ...",
+            f"\n{signal.Signals(signum).name}: stopping after this chunk with a "
+            "checkpoint; send it again to exit at once",
             file=sys.stderr,
             flush=True,
         )
-    try:
-        result = runners.run(
-            agent_module,
-            env_module,
-            key=jr.PRNGKey(seed),
-            total_steps=total_steps,
-            num_envs=num_envs,
-            num_seeds=num_seeds,
-            eval_every=eval_every,
-            eval_episodes=eval_episodes,
-            callback=recorder,
+
+    def second_signal() -> None:
+        last = runners.latest_checkpoint(ckpt_root) if ckpt_root else None
+        print(
+            f"\nExiting now; the last complete checkpoint is {last or 'none'}",
+            file=sys.stderr,
+            flush=True,
         )
+
+    recorder = _record.Recorder(_run, num_seeds, progress)
+    if progress:
+        verb = f"Resuming {resume} at {state.env_steps[0]:,} steps:" if state else ""
+        print(
+            f"Compiling {agent} on {env}: {num_seeds} seed(s) x {num_envs} envs, "
+            f"{planned:,} steps each ... {verb}".rstrip(" :"),
+            file=sys.stderr,
+            flush=True,
+        )
+    stop = _interrupt.StopOnSignal(first_signal, second_signal)
+    try:
+        with stop:
+            result = runners.run(
+                agent_module,
+                env_module,
+                key=jr.PRNGKey(seed),
+                total_steps=total_steps,
+                num_envs=num_envs,
+                num_seeds=num_seeds,
+                eval_every=eval_every,
+                eval_episodes=eval_episodes,
+                callback=recorder,
+                state=state,
+                chunks=chunks,
+                checkpoint=checkpoint if _run.observers else None,
+                checkpoint_every=checkpoint_every,
+                should_stop=lambda: stop.requested,
+            )
+    except runners.NonFiniteError as e:
+        last = runners.latest_checkpoint(ckpt_root) if ckpt_root else None
+        kept = f"the last good checkpoint is {last}" if last else "no checkpoint yet"
+        raise TrainingError(f"{e}; {kept}") from None
     finally:
         recorder.close()
+    _run.info["checkpoint_s"] = round(checkpoint_s[0], 3)
+    if result.stopped:
+        assert stop.signum is not None
+        _interrupted(_run, stop.signum, written[-1] if written else None)
     per_seed = result.final_returns.mean(axis=1)
     mean, std = float(per_seed.mean()), float(per_seed.std())
-    env_steps = int(result.state.env_steps[0])
+    env_steps = result.reports[-1].env_steps
+    trained = env_steps - (0 if state is None else int(state.env_steps[0]))
     _run.info.update(
         wall_s=round(time.perf_counter() - t_main, 3),
         process_s=round(time.perf_counter() - _T_START, 3),
         compile_s=round(result.compile_s, 3),
         train_s=round(result.train_s, 3),
-        steps_per_s=round(env_steps * num_seeds / result.train_s, 1),
+        steps_per_s=round(trained * num_seeds / result.train_s, 1),
         env_steps=env_steps,
     )
     if _run.observers:
-        _save_artifacts(_run, result, recorder, agent=agent, env=env, hp=hp)
+        _save_artifacts(_run, result, recorder, written[-1], agent=agent, env=env)
     print(
         f"{agent} on {env}: final greedy return {mean:.1f} ± {std:.1f} over "
         f"{num_seeds} seed(s) x {result.final_returns.shape[1]} episodes; "
@@ -210,29 +333,117 @@ def main(
     return mean
 
 
-def _save_artifacts(run: Any, result: Any, recorder: Any, **header: Any) -> None:
-    import equinox as eqx
+def _file_dir(run: Any) -> Path | None:
+    """The run's folder under a `FileStorageObserver`, if it has one."""
+    for observer in run.observers:
+        if isinstance(observer, FileStorageObserver):
+            return Path(observer.dir or observer.basedir)
+    return None
 
+
+def _load_resume(
+    resume: str,
+    agent: Any,
+    env: Any,
+    config: dict[str, Any],
+    chunks: tuple[int, int],
+) -> tuple[Any, tuple[int, int], dict[str, Any]]:
+    """The carry of the newest checkpoint of the run folder `resume`, the plan
+    that continues it to `config["total_steps"]`, and what `info.resumed_from`
+    records."""
+    import math
+
+    import runners
+
+    latest = _config.resume_checkpoint(resume)
+    like = _template(agent, env, config)
+    try:
+        state, meta = runners.load_checkpoint(
+            latest, like, expect={"agent": config["agent"], "env": config["env"]}
+        )
+    except runners.CheckpointError as e:
+        raise ConfigError(f"resume: {e}") from None
+    num_chunks, chunk_iters = meta["plan"]["chunks"]
+    # The original's chunks, so that evaluations and metrics fall where they
+    # did; more of them if total_steps grew.
+    iterations = runners.num_iterations(
+        agent, config["num_envs"], config["total_steps"]
+    )
+    num_chunks = max(num_chunks, math.ceil(iterations / chunk_iters))
+    info = {
+        "run_dir": str(resume),
+        "checkpoint": str(latest),
+        "env_steps": int(meta["env_steps"]),
+        "run_id": meta.get("run_id"),
+    }
+    return state, (num_chunks, chunk_iters), info
+
+
+def _template(agent: Any, env: Any, config: dict[str, Any]) -> Any:
+    """Shapes and dtypes of the training carry (no computation)."""
+    import equinox as eqx
+    import jax
+    import jax.random as jr
+
+    import runners
+
+    def init(keys):
+        state = jax.vmap(
+            lambda k: runners.init(
+                agent,
+                env,
+                key=k,
+                num_envs=config["num_envs"],
+                total_steps=config["total_steps"],
+            )
+        )(keys)
+        return jax.tree.map(lambda x: jax.lax.convert_element_type(x, x.dtype), state)
+
+    keys = jr.split(jr.PRNGKey(config["seed"]), config["num_seeds"])
+    return eqx.filter_eval_shape(init, keys)
+
+
+def resume_command(run: Any) -> str:
+    """The shell command that continues `run` from its newest checkpoint."""
+    run_dir = _file_dir(run)
+    assert run_dir is not None
+    parts = ["python", "-m", "experiments.run"]
+    basedir = run_dir.parent
+    if basedir != RUNS_DIR:
+        parts += ["-F", str(basedir)]
+    value = str(run_dir)
+    try:
+        ast.literal_eval(value)
+        value = repr(value)  # Sacred would read it as a Python literal
+    except (ValueError, SyntaxError):
+        pass
+    parts += ["with", f"resume={value}"]
+    return shlex.join(parts)
+
+
+def _interrupted(run: Any, signum: int, checkpoint: Path | None) -> None:
+    name = signal.Signals(signum).name
+    if checkpoint is None:
+        message = f"{name}: training stopped; not recorded, so it cannot be resumed"
+    else:
+        message = (
+            f"{name}: training stopped at {int(checkpoint.name):,} env steps, "
+            f"checkpoint in {checkpoint}. Resume with:\n  {resume_command(run)}"
+        )
+    print(message, file=sys.stderr, flush=True)
+    raise Interrupted(message, signum)
+
+
+def _save_artifacts(
+    run: Any, result: Any, recorder: Any, checkpoint: Path, **header: Any
+) -> None:
     returns = result.final_returns
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        eqx.tree_serialise_leaves(out / "final_state.eqx", result.state)
-        # Enough to rebuild the state's structure: see `load_state`.
-        _record.write_json(
-            out / "final_state.json",
-            {
-                **header,
-                "num_envs": run.config["num_envs"],
-                "num_seeds": run.config["num_seeds"],
-                "seed": run.config["seed"],
-                "total_steps": result.total_steps,
-                "env_steps": int(result.state.env_steps[0]),
-            },
-        )
         _record.write_json(
             out / "eval_returns.json",
             {
-                "env_steps": int(result.state.env_steps[0]),
+                "env_steps": result.reports[-1].env_steps,
                 "return_mean": float(returns.mean(axis=1).mean()),
                 "return_std": float(returns.mean(axis=1).std()),
                 "returns": returns.tolist(),  # [seed][episode]
@@ -244,12 +455,11 @@ def _save_artifacts(run: Any, result: Any, recorder: Any, **header: Any) -> None
             recorder.curve_returns,
             f"{header['agent']} on {header['env']}",
         )
-        for name in (
-            "final_state.eqx",
-            "final_state.json",
-            "eval_returns.json",
-            "learning_curve.png",
-        ):
+        # The final checkpoint: its state.eqx, and its meta.json, which also
+        # says how to rebuild the state's structure (see `load_state`).
+        run.add_artifact(str(checkpoint / "state.eqx"), "final_state.eqx")
+        run.add_artifact(str(checkpoint / "meta.json"), "final_state.json")
+        for name in ("eval_returns.json", "learning_curve.png"):
             run.add_artifact(str(out / name), name)
 
 
@@ -265,46 +475,38 @@ def _where(run: Any) -> str:
     return "recorded in " + " and ".join(places) if places else "not recorded"
 
 
-def load_state(run_dir: str | Path) -> Any:
-    """Load the final `TrainState` (with its seed axis) of a recorded run.
+def load_state(path: str | Path) -> Any:
+    """Load a recorded `TrainState` (with its seed axis).
 
     **Arguments:**
 
-    - `run_dir`: a folder holding the run's `final_state.eqx` and
-      `final_state.json` artifacts, e.g. `runs/3`.
+    - `path`: a run folder, for its final state (the `final_state.eqx` and
+      `final_state.json` artifacts), e.g. `runs/3`; or one of its checkpoints,
+      e.g. `runs/3/checkpoints/50000`.
 
     **Returns:** the `runners.TrainState`; `state.agent_state` is the agent's.
     """
     import json
 
     import equinox as eqx
-    import jax
-    import jax.random as jr
 
     import envs
     import runners
     import zoo
 
-    run_dir = Path(run_dir)
-    header = json.loads((run_dir / "final_state.json").read_text())
+    path = Path(path)
+    is_checkpoint = (path / "meta.json").is_file()
+    header_path = path / ("meta.json" if is_checkpoint else "final_state.json")
+    header = json.loads(header_path.read_text())
     agent = zoo.make(header["agent"], **header["hp"])
-    env = envs.make(header["env"])
-
-    def init(keys):
-        return jax.vmap(
-            lambda k: runners.init(
-                agent,
-                env,
-                key=k,
-                num_envs=header["num_envs"],
-                total_steps=header["total_steps"],
-            )
-        )(keys)
-
-    keys = jr.split(jr.PRNGKey(header["seed"]), header["num_seeds"])
-    like = eqx.filter_eval_shape(init, keys)
-    return eqx.tree_deserialise_leaves(run_dir / "final_state.eqx", like)
+    like = _template(agent, envs.make(header["env"]), header)
+    if is_checkpoint:
+        return runners.load_checkpoint(path, like)[0]
+    return eqx.tree_deserialise_leaves(path / "final_state.eqx", like)
 
 
 if __name__ == "__main__":
-    ex.run_commandline()
+    try:
+        ex.run_commandline()
+    except Interrupted as e:
+        sys.exit(128 + e.signum)
