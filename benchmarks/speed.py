@@ -5,7 +5,10 @@
 
 Each (case, seeds) pair runs in a fresh Python process, so that `total_s` counts
 everything a user waits for: interpreter start, imports, compilation, training.
-Hyperparameters are the tuned ones in `experiments/configs/<agent>.yaml`.
+Hyperparameters are the tuned ones in `experiments/configs/<agent>.yaml`, and the
+XLA flags and persistent compilation cache are those `experiments.run` uses: the
+first run of a case compiles cold and fills the cache, later runs load from it.
+`--cache off` measures a cold compilation every time.
 Prints one JSON object per line.
 """
 
@@ -20,7 +23,11 @@ CASES = ["ppo:CartPole-v1", "dqn:CartPole-v1", "ppo:Pendulum-v1"]
 EVAL_EPISODES = 128
 
 
-def child(case: str, num_seeds: int, t_launch: float, seed: int) -> dict:
+def child(case: str, num_seeds: int, t_launch: float, seed: int, cache: str) -> dict:
+    from experiments import _jax_setup
+
+    if cache == "on":
+        _jax_setup.enable_compilation_cache()
     import jax.random as jr
 
     import envs
@@ -51,6 +58,7 @@ def child(case: str, num_seeds: int, t_launch: float, seed: int) -> dict:
         "num_seeds": num_seeds,
         "total_steps": result.total_steps,
         "num_envs": block["num_envs"],
+        "cache": cache,
         "compile_s": round(result.compile_s, 3),
         "train_s": round(result.train_s, 3),
         "total_s": round(total_s, 3),
@@ -65,22 +73,28 @@ def main() -> None:
     parser.add_argument("--case", action="append", choices=CASES, help="agent:env")
     parser.add_argument("--seeds", type=int, action="append", help="number of seeds")
     parser.add_argument("--seed", type=int, default=0, help="base PRNG seed")
+    parser.add_argument(
+        "--cache",
+        choices=["on", "off"],
+        default="on",
+        help="JAX's persistent compilation cache, as experiments.run uses it",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--t-launch", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.case[0], args.seeds[0], args.t_launch, args.seed)))
+        out = child(args.case[0], args.seeds[0], args.t_launch, args.seed, args.cache)
+        print(json.dumps(out))
         return
+    from experiments import _jax_setup
+
+    _jax_setup.set_xla_flags()  # inherited by the child processes
     env = dict(os.environ)
-    # jax 0.10 on 2 CPU cores can hang with many vmapped seeds without this.
-    flags = env.get("XLA_FLAGS", "")
-    if "concurrency_optimized_scheduler" not in flags:
-        flags += " --xla_cpu_enable_concurrency_optimized_scheduler=false"
-    env["XLA_FLAGS"] = flags.strip()
     for case in args.case or CASES:
         for seeds in args.seeds or [1, 8]:
             cmd = [sys.executable, __file__, "--child", "--case", case]
             cmd += ["--seeds", str(seeds), "--seed", str(args.seed)]
+            cmd += ["--cache", args.cache]
             cmd += ["--t-launch", repr(time.time())]
             out = subprocess.run(cmd, env=env, capture_output=True, text=True)
             if out.returncode:
