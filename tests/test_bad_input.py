@@ -125,10 +125,17 @@ def results(tmp_path_factory):
     ex.run(
         config_updates={
             "agent": "dqn",
+            "num_envs": 10,
             "total_steps": 1000,
             "eval_episodes": 2,
             "checkpoint_every": 500,
-            "hp": {"hidden_sizes": [16], "learning_starts": 100},
+            "hp": {
+                "hidden_sizes": [16],
+                "learning_starts": 100,
+                "buffer_size": 1000,
+                "train_frequency": 1,
+                "gradient_steps": 1,
+            },
             "progress": False,
             "compilation_cache": False,
         },

@@ -274,9 +274,14 @@ def test_resume_refuses_a_state_off_the_plan():
 # The CLI: a real run interrupted with SIGTERM, resumed with the command it
 # prints, against the same run never interrupted (twice: determinism).
 
+# Pinned, so that tuning experiments/configs/dqn.yaml does not move the steps.
 CLI = [
     "agent=dqn",
     "num_seeds=2",
+    "num_envs=8",
+    "hp.train_frequency=4",
+    "hp.gradient_steps=1",
+    "hp.batch_size=32",
     "total_steps=40000",
     "eval_every=4000",
     "eval_episodes=4",
@@ -421,10 +426,51 @@ def test_same_config_and_seed_give_identical_runs(cli_runs):
     )
 
 
+def test_second_signal_exits_at_once_keeping_the_last_checkpoint(cli_runs):
+    cwd = cli_runs["cwd"]
+    err_path = cwd / "twice.err"
+    with err_path.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "experiments.run", "-F", "twice", "with", *CLI],
+            cwd=cwd,
+            env=_env(cwd / "jax-cache"),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        try:
+            root = cwd / "twice" / "1" / "checkpoints"
+            deadline = time.monotonic() + 240
+            while runners.latest_checkpoint(root) is None:
+                assert proc.poll() is None, err_path.read_text()[-3000:]
+                assert time.monotonic() < deadline, "no checkpoint written"
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.05)
+            proc.send_signal(signal.SIGTERM)
+            t = time.monotonic()
+            returncode = proc.wait(timeout=60)
+            assert time.monotonic() - t < 5
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert returncode == 128 + signal.SIGTERM
+    assert "Exiting now; the last complete checkpoint is" in err_path.read_text()
+    kept = runners.list_checkpoints(root)
+    assert kept
+    for path in kept:
+        runners.verify_checkpoint(path)
+    assert all(p.name.isdigit() or ".tmp-" in p.name for p in root.iterdir())
+
+
 # In process: the non-finite guard and a MongoDB that fails mid-run.
 
 TINY = {
     "agent": "dqn",
+    "num_envs": 10,
+    "hp.train_frequency": 1,
+    "hp.gradient_steps": 1,
+    "hp.buffer_size": 2000,
     "total_steps": 3000,
     "eval_episodes": 2,
     "checkpoint_every": 1000,
@@ -502,7 +548,8 @@ def test_mongo_failing_mid_run_does_not_stop_training(tmp_path, monkeypatch):
     assert _json(local / "run.json")["status"] == "COMPLETED"
     assert "eval.return_mean" in _json(local / "metrics.json")
     assert (local / "final_state.eqx").exists()
-    assert runners.latest_checkpoint(local / "checkpoints").name == "3000"
+    latest = runners.latest_checkpoint(local / "checkpoints")
+    assert latest is not None and latest.name == "3000"
     assert math.isfinite(run.result)
     doc = client["equizoo"].runs.find_one({"_id": run._id})
     assert doc is not None and doc["status"] == "RUNNING"  # as the server last saw
