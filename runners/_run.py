@@ -125,15 +125,20 @@ def plan(
 ) -> tuple[int, int]:
     """`(num_chunks, iterations_per_chunk)` covering at least `total_steps` steps.
 
-    Chunks have equal length so that one compilation serves them all; the last one
-    may overshoot `total_steps` by less than one iteration per chunk.
+    Chunks have equal length so that one compilation serves them all. The number
+    of chunks (about ten, or one per `eval_every` steps) is moved by up to a quarter
+    to divide the iterations exactly; only when no such number exists does the last
+    chunk overshoot `total_steps`, by less than one iteration per chunk.
     """
     iterations = num_iterations(agent, num_envs, total_steps)
     if eval_every is None:
-        num_chunks = min(10, iterations)
+        target = min(10, iterations)
     else:
         per_chunk = max(1, eval_every // steps_per_iteration(agent, num_envs))
-        num_chunks = max(1, round(iterations / per_chunk))
+        target = max(1, round(iterations / per_chunk))
+    near = range(max(1, math.floor(target * 0.75)), math.ceil(target * 1.25) + 1)
+    divisors = [n for n in near if iterations % n == 0]
+    num_chunks = min(divisors, key=lambda n: abs(n - target)) if divisors else target
     return num_chunks, math.ceil(iterations / num_chunks)
 
 
