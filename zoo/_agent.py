@@ -4,7 +4,9 @@ import abc
 from typing import Generic, TypeVar
 
 import equinox as eqx
-from jaxtyping import Array, PRNGKeyArray, PyTree, Shaped
+import jax.numpy as jnp
+import optax
+from jaxtyping import Array, Int, PRNGKeyArray, PyTree, Shaped
 
 from envs import Space
 
@@ -60,6 +62,29 @@ class AbstractAgent(eqx.Module, Generic[S]):
         self, state: S, memory: PyTree, *, key: PRNGKeyArray
     ) -> tuple[S, Metrics]:
         """Learn from the memory. Metrics are scalar arrays."""
+
+
+def adam_optimizer(
+    learning_rate: float,
+    max_grad_norm: float,
+    *,
+    anneal_horizon: Int[Array, ""] | None = None,
+    eps: float = 1e-8,
+) -> optax.GradientTransformation:
+    """Global-norm clipping then Adam; with `anneal_horizon`, the step size decays
+    linearly to zero over that many updates. The horizon is an array (kept in the
+    agent state), so that a saved state loads into a template built for any run
+    length."""
+    chain = [
+        optax.clip_by_global_norm(max_grad_norm),
+        optax.adam(learning_rate, eps=eps),
+    ]
+    if anneal_horizon is not None:
+        horizon = anneal_horizon
+        chain.append(
+            optax.scale_by_schedule(lambda n: jnp.maximum(1.0 - n / horizon, 0.0))
+        )
+    return optax.chain(*chain)
 
 
 def check_positive(agent: eqx.Module, *names: str) -> None:

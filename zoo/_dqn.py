@@ -11,7 +11,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 
 from envs import Discrete, Space
 
-from ._agent import AbstractAgent, Extras, Metrics, check_positive
+from ._agent import AbstractAgent, Extras, Metrics, adam_optimizer, check_positive
 from ._memory import Replay, ReplayState, Transition
 from ._networks import QNetwork
 
@@ -111,15 +111,11 @@ class DQN(AbstractAgent[DQNState]):
             )
 
     def _optimizer(self, horizon: Int[Array, ""]) -> optax.GradientTransformation:
-        chain = [
-            optax.clip_by_global_norm(self.max_grad_norm),
-            optax.adam(self.learning_rate),
-        ]
-        if self.anneal_lr:
-            chain.append(
-                optax.scale_by_schedule(lambda n: jnp.maximum(1.0 - n / horizon, 0.0))
-            )
-        return optax.chain(*chain)
+        return adam_optimizer(
+            self.learning_rate,
+            self.max_grad_norm,
+            anneal_horizon=horizon if self.anneal_lr else None,
+        )
 
     def _epsilon(self, env_steps):
         schedule = optax.linear_schedule(

@@ -12,7 +12,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 from envs import Box, Discrete, Space
 
 from . import _distributions as dist
-from ._agent import AbstractAgent, Extras, Metrics, check_positive
+from ._agent import AbstractAgent, Extras, Metrics, adam_optimizer, check_positive
 from ._memory import Rollout, RolloutState, Transition
 from ._networks import Critic, DiscreteActor, GaussianActor
 
@@ -111,18 +111,12 @@ class PPO(AbstractAgent[PPOState]):
             )
 
     def _optimizer(self, horizon: Int[Array, ""]) -> optax.GradientTransformation:
-        chain = [
-            optax.clip_by_global_norm(self.max_grad_norm),
-            optax.adam(self.learning_rate, eps=1e-5),
-        ]
-        if self.anneal_lr:
-            # Linear decay to zero over the run. The horizon is an array in the
-            # state (not a static int) so that a saved state loads into a template
-            # built for any run length.
-            chain.append(
-                optax.scale_by_schedule(lambda n: jnp.maximum(1.0 - n / horizon, 0.0))
-            )
-        return optax.chain(*chain)
+        return adam_optimizer(
+            self.learning_rate,
+            self.max_grad_norm,
+            anneal_horizon=horizon if self.anneal_lr else None,
+            eps=1e-5,
+        )
 
     def init(
         self,
