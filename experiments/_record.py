@@ -83,6 +83,9 @@ class Recorder:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+            # Sacred's captured output reads what reached its tee; the bar's final
+            # state must not wait in stderr's buffer (seen missing from cout.txt).
+            sys.stderr.flush()
 
 
 def preload_matplotlib() -> None:
