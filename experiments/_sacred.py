@@ -29,3 +29,29 @@ with warnings.catch_warnings():
     )
 if _hide_pandas:
     del sys.modules["pandas"]
+
+
+def _serialise_captured_output() -> None:
+    """Make `Run._get_captured_output` safe between threads.
+
+    Sacred 0.8.7 reads new captured output from both its heartbeat thread and the
+    main thread (when the run ends), each doing read-append-assign on
+    `captured_out` without a lock. When a heartbeat fires as the run ends, one
+    thread's increment can be overwritten by the other's: a recorded `cout.txt`
+    then lacks lines that were printed (seen once: the progress bar's final state).
+    """
+    import threading
+
+    from sacred.run import Run
+
+    original = Run._get_captured_output
+    lock = threading.Lock()
+
+    def _get_captured_output(self: Run) -> None:
+        with lock:
+            original(self)
+
+    Run._get_captured_output = _get_captured_output  # type: ignore[method-assign]
+
+
+_serialise_captured_output()
