@@ -63,7 +63,10 @@ class StopOnSignal:
             return
         self._active = False
         for s, handler in self._old.items():
-            signal.signal(s, handler)
+            # After a first signal the run is stopping (writing its records): a
+            # second one must still exit at once, not kill the process unannounced
+            # with the default handler.
+            signal.signal(s, self._exit_now if self.requested else handler)
         signal.set_wakeup_fd(self._old_fd)
         os.close(self._write)  # the watcher reads EOF and returns
         self._thread.join(timeout=5)
@@ -71,6 +74,13 @@ class StopOnSignal:
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         pass  # the watcher thread acts on it, even while the main thread waits
+
+    def _exit_now(self, signum: int, frame: FrameType | None) -> None:
+        try:
+            self.on_second()
+            sys.stderr.flush()
+        finally:
+            os._exit(128 + signum)
 
     def _watch(self) -> None:
         while True:
@@ -88,8 +98,4 @@ class StopOnSignal:
                     self.signum = signum
                     self.on_first(signum)
                 else:
-                    try:
-                        self.on_second()
-                        sys.stderr.flush()
-                    finally:
-                        os._exit(128 + signum)
+                    self._exit_now(signum, None)

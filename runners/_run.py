@@ -114,10 +114,32 @@ def _evaluate_seeds(agent, env, agent_state, keys, *, num_episodes):
     )(agent_state, keys)
 
 
-def _compile(fn: Callable, *shapes: Any) -> Any:
+# Compiled programs by what they were compiled for, so that calling `run` again
+# with the same agent, env and shapes (a sweep over seeds, a test suite) does not
+# compile again. Bounded: programs hold their constants.
+_COMPILED: dict[Any, Any] = {}
+_COMPILED_MAX = 32
+
+
+def _compile(fn: partial, *shapes: Any) -> Any:
     """Compile `fn` (its static inputs bound by `partial`) for array arguments
-    shaped like `shapes`. Nothing runs, so this can overlap with other work."""
-    return jax.jit(fn).lower(*shapes).compile()
+    shaped like `shapes`, or return the program compiled for the same before."""
+    leaves, treedef = jax.tree.flatten(shapes)
+    avals = tuple(
+        (x.shape, str(x.dtype), getattr(x, "weak_type", False)) for x in leaves
+    )
+    key = (fn.func, fn.args, tuple(sorted(fn.keywords.items())), treedef, avals)
+    try:
+        return _COMPILED[key]
+    except TypeError:  # an unhashable agent or env (e.g. array hyperparameters)
+        return jax.jit(fn).lower(*shapes).compile()
+    except KeyError:
+        pass
+    compiled = jax.jit(fn).lower(*shapes).compile()
+    if len(_COMPILED) >= _COMPILED_MAX:
+        _COMPILED.pop(next(iter(_COMPILED)))
+    _COMPILED[key] = compiled
+    return compiled
 
 
 def plan(

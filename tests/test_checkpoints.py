@@ -429,9 +429,13 @@ def test_same_config_and_seed_give_identical_runs(cli_runs):
 def test_second_signal_exits_at_once_keeping_the_last_checkpoint(cli_runs):
     cwd = cli_runs["cwd"]
     err_path = cwd / "twice.err"
+    # A long run, so that both signals land while it trains: with the short CLI
+    # run, a loaded machine could finish training (and restore the default
+    # handlers) before the first signal arrived.
+    args = [a for a in CLI if not a.startswith("total_steps=")] + ["total_steps=400000"]
     with err_path.open("w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "experiments.run", "-F", "twice", "with", *CLI],
+            [sys.executable, "-m", "experiments.run", "-F", "twice", "with", *args],
             cwd=cwd,
             env=_env(cwd / "jax-cache"),
             stdout=subprocess.DEVNULL,
