@@ -27,3 +27,18 @@ def getkey():
         return sub
 
     return _getkey
+
+
+@pytest.fixture
+def mongo_client(monkeypatch):
+    """A mongomock client with GridFS, handed to whoever builds a
+    `pymongo.MongoClient` (as `-m host:port:db` does): MongoDB the way Sacred's own
+    tests use it."""
+    import mongomock
+    import mongomock.gridfs
+    import pymongo
+
+    mongomock.gridfs.enable_gridfs_integration()
+    client = mongomock.MongoClient()
+    monkeypatch.setattr(pymongo, "MongoClient", lambda *a, **k: client)
+    return client

@@ -512,18 +512,16 @@ def test_non_finite_loss_fails_the_run_and_keeps_the_last_checkpoint(tmp_path):
 @pytest.mark.filterwarnings("ignore:datetime.datetime.utcnow:DeprecationWarning")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:mongomock")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:sacred")
-def test_mongo_failing_mid_run_does_not_stop_training(tmp_path, monkeypatch):
+def test_mongo_failing_mid_run_does_not_stop_training(
+    tmp_path, monkeypatch, mongo_client
+):
     import mongomock
-    import mongomock.gridfs
-    import pymongo
     import pymongo.errors
 
     from experiments import _record
     from experiments.run import ex
 
-    mongomock.gridfs.enable_gridfs_integration()
-    client = mongomock.MongoClient()
-    monkeypatch.setattr(pymongo, "MongoClient", lambda *a, **k: client)
+    client = mongo_client
     # The server goes away once training has started: every later write fails.
     down = []
     Collection = mongomock.collection.Collection

@@ -238,18 +238,12 @@ def test_bad_config_names_the_key(updates, key, says):
 @pytest.mark.filterwarnings("ignore:datetime.datetime.utcnow:DeprecationWarning")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:mongomock")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:sacred")
-def test_mongo_observer(tmp_path, monkeypatch):
+def test_mongo_observer(tmp_path, monkeypatch, mongo_client):
     import gridfs
-    import mongomock
-    import mongomock.gridfs
-    import pymongo
 
     from experiments.run import ex
 
-    mongomock.gridfs.enable_gridfs_integration()
-    client = mongomock.MongoClient()
-    # `-m host:port:db` builds pymongo.MongoClient(url): hand it the mock instead.
-    monkeypatch.setattr(pymongo, "MongoClient", lambda *a, **k: client)
+    client = mongo_client
     monkeypatch.chdir(tmp_path)
     # In-process: leave the test session's JAX config alone.
     argv = ["run.py", "-m", "localhost:27017:equizoo", "with", "agent=dqn", *TINY]
