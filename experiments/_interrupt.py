@@ -27,11 +27,32 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+def exit_now(code: int) -> None:
+    """Flush stdout and stderr and end the process with `code`, skipping
+    interpreter shutdown (which would reset signal handlers to the default)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def signalled() -> bool:
+    """Whether a `StopOnSignal` in this process has received a signal."""
+    return _SIGNALLED[0]
+
+
+_SIGNALLED = [False]
+
+
 class StopOnSignal:
     """Context manager: `stop.requested` turns true at the first SIGINT/SIGTERM;
     the second calls `on_second()` (for a last word) and exits with `128 + signum`.
 
-    Outside the main thread (where signal handlers cannot be installed) it does
+    Once a signal has arrived, leaving the context keeps the watcher: the process
+    is expected to end (`exit_now`), and a second signal until then still exits
+    at once. Outside the main thread (where signal handlers cannot be installed) it does
     nothing.
     """
 
@@ -61,12 +82,17 @@ class StopOnSignal:
     def __exit__(self, *exc: object) -> None:
         if not self._active:
             return
+        if self.requested:
+            # The run is stopping and the process will end with it: keep the
+            # watcher, so that a second signal exits at once wherever the main
+            # thread is (writing records, blocked in C, shutting down). Python
+            # handlers alone would not do: they run only between bytecodes of
+            # the main thread, and interpreter shutdown resets them to the
+            # default action, which kills the process unannounced.
+            return
         self._active = False
         for s, handler in self._old.items():
-            # After a first signal the run is stopping (writing its records): a
-            # second one must still exit at once, not kill the process unannounced
-            # with the default handler.
-            signal.signal(s, self._exit_now if self.requested else handler)
+            signal.signal(s, handler)
         signal.set_wakeup_fd(self._old_fd)
         os.close(self._write)  # the watcher reads EOF and returns
         self._thread.join(timeout=5)
@@ -78,9 +104,8 @@ class StopOnSignal:
     def _exit_now(self, signum: int, frame: FrameType | None) -> None:
         try:
             self.on_second()
-            sys.stderr.flush()
         finally:
-            os._exit(128 + signum)
+            exit_now(128 + signum)
 
     def _watch(self) -> None:
         while True:
@@ -95,6 +120,7 @@ class StopOnSignal:
                     continue
                 self._count += 1
                 if self._count == 1:
+                    _SIGNALLED[0] = True
                     self.signum = signum
                     self.on_first(signum)
                 else:

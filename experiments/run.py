@@ -509,4 +509,8 @@ if __name__ == "__main__":
     try:
         ex.run_commandline()
     except Interrupted as e:
-        sys.exit(128 + e.signum)
+        _interrupt.exit_now(128 + e.signum)
+    if _interrupt.signalled():
+        # A signal came during the last chunk: the run completed, but a second
+        # signal must still exit at once, so skip interpreter shutdown.
+        _interrupt.exit_now(0)
