@@ -6,7 +6,7 @@ from ._classic import (
     Pendulum as Pendulum,
     PendulumState as PendulumState,
 )
-from ._env import AbstractEnv as AbstractEnv
+from ._env import AbstractEnv as AbstractEnv, AbstractWrapper as AbstractWrapper
 from ._gymnax import GymnaxEnv as GymnaxEnv
 from ._probes import (
     ActionReward as ActionReward,
@@ -24,6 +24,4 @@ from ._wrappers import (
     EpisodeStatistics as EpisodeStatistics,
     EpisodeStatisticsState as EpisodeStatisticsState,
     FlattenObservation as FlattenObservation,
-    NormalizeObservation as NormalizeObservation,
-    NormalizeObservationState as NormalizeObservationState,
 )

@@ -24,11 +24,19 @@ StepResult = tuple[
 class AbstractEnv(eqx.Module, Generic[StateT]):
     """A pure, gymnax-style environment whose parameters are fields of the module.
 
-    Subclasses implement `reset_env`, `step_env` (which report `terminated` and
-    `truncated` separately), `observation_space` and `action_space`. The concrete
-    `reset` and `step` are written once, here: `step` auto-resets a finished episode
-    and stores the last observation of the finished episode in
-    `info["final_observation"]`, so that learners can bootstrap through truncation.
+    Subclasses implement `reset_env`, `step_env`, `observation_space` and
+    `action_space`. The concrete `reset` and `step` are written once, here, and
+    overridden nowhere; what `step` does with `step_env` depends on the kind of env:
+
+    - A base env's `step_env` is one transition without auto-reset, reporting
+      `terminated` and `truncated` separately. `step` auto-resets around it: when
+      the episode ends it returns the first observation and state of the next
+      episode and stores the observation the finished episode ended on in
+      `info["final_observation"]`, so that learners can bootstrap through
+      truncation.
+    - A wrapper (`AbstractWrapper`) implements `reset_env` and `step_env` as
+      transforms of its inner env's outer `reset` and `step`, which have already
+      auto-reset; `reset` and `step` return them unchanged.
 
     Keys are split exactly as gymnax splits them, so an adapted gymnax environment
     gives the same trajectories as gymnax itself.
@@ -36,7 +44,7 @@ class AbstractEnv(eqx.Module, Generic[StateT]):
 
     @abc.abstractmethod
     def reset_env(self, key: PRNGKeyArray) -> tuple[Observation, StateT]:
-        """Start an episode."""
+        """Start an episode. A wrapper transforms `self.env.reset(key)`."""
 
     @abc.abstractmethod
     def step_env(
@@ -44,8 +52,12 @@ class AbstractEnv(eqx.Module, Generic[StateT]):
     ) -> tuple[
         Observation, StateT, Float[Array, ""], Bool[Array, ""], Bool[Array, ""], Info
     ]:
-        """One transition without auto-reset:
-        `(obs, state, reward, terminated, truncated, info)`."""
+        """`(obs, state, reward, terminated, truncated, info)`.
+
+        A base env makes one transition without auto-reset. A wrapper transforms
+        `self.env.step(...)`, the inner env's auto-resetting step, and returns its
+        `info["final_observation"]` transformed as it transforms observations.
+        """
 
     @property
     @abc.abstractmethod
@@ -70,6 +82,10 @@ class AbstractEnv(eqx.Module, Generic[StateT]):
         episode ended, `obs` and `state` already belong to the next episode and
         `info["final_observation"]` holds the observation the episode ended on.
         """
+        if isinstance(self, AbstractWrapper):
+            # Built on the inner env's `step`: the episode has been reset below,
+            # once, and state the wrapper keeps across episodes is left alone.
+            return self.step_env(key, state, action)
         key_step, key_reset = jr.split(key)
         obs_st, state_st, reward, terminated, truncated, info = self.step_env(
             key_step, state, action
@@ -89,6 +105,46 @@ class AbstractEnv(eqx.Module, Generic[StateT]):
             truncated,
             info,
         )
+
+
+class AbstractWrapper(AbstractEnv[StateT]):
+    """An env built on another one, `env`, by composition.
+
+    **The contract.** A wrapper implements `reset_env` as a transform of
+    `self.env.reset(key)` and `step_env` as a transform of
+    `self.env.step(key, inner_state, action)`: the inner env's outer,
+    auto-resetting functions, never its `reset_env` or `step_env`. So however
+    deep the stack, the base env at its bottom auto-resets once per episode end;
+    a wrapper sees the end through `terminated | truncated` (and
+    `info["final_observation"]`, which it transforms as it transforms
+    observations), and what it keeps across episodes survives the reset. Its
+    own state, if any, holds the inner env's state as a field. `AbstractEnv.step`
+    returns what the wrapper's `step_env` returns.
+
+    **Forwarding.** `name`, `observation_space` and `action_space` are those of
+    `env`, so a wrapper that changes neither space implements only `reset_env` and
+    `step_env`. The spaces, abstract in `AbstractEnv`, are implemented here as
+    defaults: a wrapper that changes what the env emits or accepts implements the
+    space it changes itself (as `FlattenObservation` does for
+    `observation_space`), and that is the only member of its bases a concrete
+    wrapper implements again. `reset` and `step` are never overridden.
+
+    Concrete wrappers are final and declare `env: AbstractEnv` as a field.
+    """
+
+    env: eqx.AbstractVar[AbstractEnv]
+
+    @property
+    def name(self) -> str:
+        return self.env.name
+
+    @property
+    def observation_space(self) -> Space:
+        return self.env.observation_space
+
+    @property
+    def action_space(self) -> Space:
+        return self.env.action_space
 
 
 def _select(pred: Bool[Array, ""], on_true: PyTree, on_false: PyTree) -> PyTree:

@@ -1,3 +1,5 @@
+from typing import final
+
 import gymnax
 import jax
 import jax.numpy as jnp
@@ -153,32 +155,139 @@ def test_episode_statistics(getkey):
 def test_flatten_observation(getkey):
     env = envs.FlattenObservation(envs.make("Breakout-MinAtar"))
     assert env.observation_space.shape == (400,)
+    assert env.name == "Breakout-MinAtar"
     obs, state = env.reset(getkey())
     assert obs.shape == (400,) and obs.dtype == jnp.float32
-    obs, *_ = env.step(getkey(), state, 0)
+    obs, _, _, _, _, info = env.step(getkey(), state, 0)
     assert obs.shape == (400,)
-
-
-def test_normalize_observation_keeps_statistics_across_episodes(getkey):
-    env = envs.NormalizeObservation(envs.make("Pendulum-v1", max_steps_in_episode=10))
-    obs, state = env.reset(getkey())
-    step = jax.jit(env.step)
-    seen = []
-    for _ in range(60):
-        obs, state, _, _, trunc, info = step(getkey(), state, jnp.ones(1))
-        seen.append(np.asarray(obs))
-    assert float(state.count) == 61.0  # one reset plus 60 steps; never zeroed
-    # Normalised observations are roughly standardised.
-    seen = np.stack(seen)
-    assert np.all(np.abs(seen.mean(axis=0)) < 1.0)
-    assert np.all(np.abs(seen) <= env.clip)
+    assert info["final_observation"].shape == (400,)
+    assert info["final_observation"].dtype == jnp.float32
 
 
 def test_clip_action(getkey):
-    env = envs.ClipAction(envs.make("Pendulum-v1"))
-    obs, state = env.reset(getkey())
-    _, state, *_ = env.step(getkey(), state, jnp.array([100.0]))
-    assert float(state.last_u) == 2.0
+    # Reward -(a - 0.5)^2 with actions in [-1, 1]: the probe does not clip itself.
+    inner = envs.make("probe/ContinuousActionReward")
+    env = envs.ClipAction(inner)
+    assert env.action_space == inner.action_space and env.name == inner.name
+    for action, clipped in ((100.0, 1.0), (-100.0, -1.0), (0.25, 0.25)):
+        key_reset, key_step = getkey(), getkey()
+        _, state = env.reset(key_reset)
+        reward = env.step(key_step, state, jnp.array([action]))[2]
+        assert float(reward) == -((clipped - 0.5) ** 2)
+        _, state = inner.reset(key_reset)
+        unclipped = inner.step(key_step, state, jnp.array([action]))[2]
+        assert float(unclipped) == -((action - 0.5) ** 2)
+    with pytest.raises(ValueError, match="ClipAction needs a Box action space"):
+        envs.ClipAction(envs.make("CartPole-v1"))
+
+
+@final
+class _StepCounter(envs.AbstractWrapper[tuple]):
+    """Counts every step across episodes: state that must survive auto-resets."""
+
+    env: envs.AbstractEnv
+
+    def reset_env(self, key):
+        obs, state = self.env.reset(key)
+        return obs, (state, jnp.array(0, jnp.int32))
+
+    def step_env(self, key, state, action):
+        inner, count = state
+        obs, inner, reward, terminated, truncated, info = self.env.step(
+            key, inner, action
+        )
+        return obs, (inner, count + 1), reward, terminated, truncated, info
+
+
+def test_wrapper_state_survives_auto_reset(getkey):
+    env = envs.EpisodeStatistics(
+        _StepCounter(envs.make("probe/TruncatedConstantReward", horizon=3))
+    )
+    _, state = env.reset(getkey())
+    step = jax.jit(env.step)
+    seen = []
+    for _ in range(9):
+        _, state, reward, _, truncated, info = step(getkey(), state, 0)
+        seen.append(
+            (
+                float(info["episode_return"]),
+                int(info["episode_length"]),
+                bool(info["episode_done"]),
+                bool(truncated),
+                int(state.episode_length),
+            )
+        )
+    # Reward 1 per step, truncated after 3: the statistics restart with each
+    # episode, exactly once per episode end.
+    assert (
+        seen
+        == [
+            (1.0, 1, False, False, 1),
+            (2.0, 2, False, False, 2),
+            (3.0, 3, True, True, 0),
+        ]
+        * 3
+    )
+    inner_state, count = state.env_state
+    assert int(count) == 9  # never reset by the three auto-resets below it
+    assert int(inner_state.time) == 0
+
+
+@pytest.mark.parametrize(
+    "name, params, sample",
+    [
+        # Random observations at each reset: a second reset would change them.
+        ("probe/ObservationReward", {}, lambda k: jnp.array(0)),
+        (
+            "Pendulum-v1",
+            {"max_steps_in_episode": 5},
+            lambda k: jr.uniform(k, (1,), minval=-2.0, maxval=2.0),
+        ),
+    ],
+)
+def test_wrapping_keeps_the_trajectory(name, params, sample, getkey):
+    base = envs.make(name, **params)
+    wrapped = _StepCounter(envs.FlattenObservation(envs.EpisodeStatistics(base)))
+    if isinstance(base.action_space, envs.Box):
+        wrapped = envs.ClipAction(wrapped)  # a no-op on actions within bounds
+    key = getkey()
+
+    @jax.jit
+    def both(key):
+        return (
+            _rollout(base.step, base.reset, sample, key),
+            _rollout(wrapped.step, wrapped.reset, sample, key),
+        )
+
+    a, b = both(key)
+    assert int(jnp.sum(a[2] | a[3])) >= 5, "the rollout should cross episode ends"
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def _env_classes() -> set[type]:
+    """Every `AbstractEnv` subclass that `envs` exports, with their bases."""
+    exported = [
+        c
+        for c in vars(envs).values()
+        if isinstance(c, type) and issubclass(c, envs.AbstractEnv)
+    ]
+    return {b for c in exported for b in c.__mro__ if issubclass(b, envs.AbstractEnv)}
+
+
+def test_reset_and_step_are_written_once():
+    classes = _env_classes()
+    assert {envs.AbstractWrapper, envs.ClipAction, envs.GymnaxEnv} <= classes
+    for cls in classes - {envs.AbstractEnv}:
+        assert "reset" not in cls.__dict__, f"{cls.__name__} overrides reset"
+        assert "step" not in cls.__dict__, f"{cls.__name__} overrides step"
+    wrappers = {c for c in classes if issubclass(c, envs.AbstractWrapper)}
+    assert wrappers == {
+        envs.AbstractWrapper,
+        envs.ClipAction,
+        envs.EpisodeStatistics,
+        envs.FlattenObservation,
+    }
 
 
 def test_make_unknown_name_lists_close_matches():
