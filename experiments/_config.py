@@ -62,12 +62,12 @@ def checkpoint_root(run_dir: str | Path) -> Path:
 
 def resume_checkpoint(resume: Any) -> Path:
     """The newest checkpoint of the run folder `resume`, checked to be complete
-    (its `state.eqx` holds what its `meta.json` lists) without importing JAX's
-    heavier parts or reading the data.
+    (its `state.eqx` holds what its `meta.json` lists) from the array headers,
+    without reading the data.
 
     **Raises:** `ConfigError` naming `resume` and what is wrong.
     """
-    from runners import _checkpoint as ckpt
+    import runners
 
     if not isinstance(resume, str | Path) or not str(resume):
         raise ConfigError(
@@ -77,16 +77,16 @@ def resume_checkpoint(resume: Any) -> Path:
     if not run_dir.is_dir():
         raise ConfigError(f"resume: no run folder {str(run_dir)!r}")
     root = checkpoint_root(run_dir)
-    latest = ckpt.latest_checkpoint(root)
+    latest = runners.latest_checkpoint(root)
     if latest is None:
         raise ConfigError(
             f"resume: {str(run_dir)!r} has no checkpoint (nothing complete in "
             f"{str(root)!r})"
         )
     try:
-        meta = ckpt.read_meta(latest)
-        ckpt.verify_checkpoint(latest, meta)
-    except ckpt.CheckpointError as e:
+        meta = runners.read_meta(latest)
+        runners.verify_checkpoint(latest, meta)
+    except runners.CheckpointError as e:
         raise ConfigError(f"resume: {e}") from None
     if not isinstance(meta.get("config"), dict):
         raise ConfigError(f"resume: {str(latest)!r} records no run config")
@@ -95,12 +95,12 @@ def resume_checkpoint(resume: Any) -> Path:
 
 @functools.lru_cache(maxsize=8)
 def _resumed_config(resume: str) -> dict[str, Any] | None:
-    from runners import _checkpoint as ckpt
+    import runners
 
-    latest = ckpt.latest_checkpoint(checkpoint_root(resume))
+    latest = runners.latest_checkpoint(checkpoint_root(resume))
     try:
-        meta = ckpt.read_meta(latest) if latest is not None else None
-    except ckpt.CheckpointError:
+        meta = runners.read_meta(latest) if latest is not None else None
+    except runners.CheckpointError:
         return None
     config = meta.get("config") if meta is not None else None
     return config if isinstance(config, dict) else None
@@ -307,9 +307,9 @@ def _check_resume(config: dict[str, Any]) -> None:
 
 
 def _checkpoint_meta(latest: Path) -> dict[str, Any]:
-    from runners import _checkpoint as ckpt
+    import runners
 
-    meta = ckpt.read_meta(latest)
+    meta = runners.read_meta(latest)
     for key in ("env_steps", "plan", "config"):
         if key not in meta:
             raise ConfigError(f"resume: {str(latest)!r} records no {key!r}")

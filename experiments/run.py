@@ -380,27 +380,17 @@ def _load_resume(
 
 
 def _template(agent: Any, env: Any, config: dict[str, Any]) -> Any:
-    """Shapes and dtypes of the training carry (no computation)."""
-    import equinox as eqx
-    import jax
-    import jax.random as jr
-
+    """Shapes and dtypes of the training carry the run `config` records (no
+    computation)."""
     import runners
 
-    def init(keys):
-        state = jax.vmap(
-            lambda k: runners.init(
-                agent,
-                env,
-                key=k,
-                num_envs=config["num_envs"],
-                total_steps=config["total_steps"],
-            )
-        )(keys)
-        return jax.tree.map(lambda x: jax.lax.convert_element_type(x, x.dtype), state)
-
-    keys = jr.split(jr.PRNGKey(config["seed"]), config["num_seeds"])
-    return eqx.filter_eval_shape(init, keys)
+    return runners.state_template(
+        agent,
+        env,
+        num_envs=config["num_envs"],
+        total_steps=config["total_steps"],
+        num_seeds=config["num_seeds"],
+    )
 
 
 def resume_command(run: Any) -> str:
@@ -437,6 +427,8 @@ def _interrupted(run: Any, signum: int, checkpoint: Path | None) -> None:
 def _save_artifacts(
     run: Any, result: Any, recorder: Any, checkpoint: Path, **header: Any
 ) -> None:
+    import runners
+
     returns = result.final_returns
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
@@ -457,8 +449,8 @@ def _save_artifacts(
         )
         # The final checkpoint: its state.eqx, and its meta.json, which also
         # says how to rebuild the state's structure (see `load_state`).
-        run.add_artifact(str(checkpoint / "state.eqx"), "final_state.eqx")
-        run.add_artifact(str(checkpoint / "meta.json"), "final_state.json")
+        run.add_artifact(str(checkpoint / runners.STATE_FILE), "final_state.eqx")
+        run.add_artifact(str(checkpoint / runners.META_FILE), "final_state.json")
         for name in ("eval_returns.json", "learning_curve.png"):
             run.add_artifact(str(out / name), name)
 
@@ -495,8 +487,8 @@ def load_state(path: str | Path) -> Any:
     import zoo
 
     path = Path(path)
-    is_checkpoint = (path / "meta.json").is_file()
-    header_path = path / ("meta.json" if is_checkpoint else "final_state.json")
+    is_checkpoint = (path / runners.META_FILE).is_file()
+    header_path = path / (runners.META_FILE if is_checkpoint else "final_state.json")
     header = json.loads(header_path.read_text())
     agent = zoo.make(header["agent"], **header["hp"])
     like = _template(agent, envs.make(header["env"]), header)

@@ -1,6 +1,8 @@
 """Runners: compose an agent and an env into compiled training."""
 
 from ._checkpoint import (
+    META_FILE as META_FILE,
+    STATE_FILE as STATE_FILE,
     CheckpointError as CheckpointError,
     latest_checkpoint as latest_checkpoint,
     list_checkpoints as list_checkpoints,
@@ -18,6 +20,11 @@ from ._run import (
     RunResult as RunResult,
     plan as plan,
     run as run,
+)
+from ._state import (
+    init_seeds as init_seeds,
+    seed_state as seed_state,
+    state_template as state_template,
 )
 from ._train import (
     TrainState as TrainState,

@@ -11,8 +11,9 @@ reader never sees a half-written one. Loading never executes code from the files
 `meta.json` is JSON and the leaves are read with `np.load` (pickle disallowed) into
 a template the caller builds; the structure in `meta.json` is compared with the
 template's before any data is read. `read_meta` and `verify_checkpoint` use only
-the standard library and NumPy, so a command line can reject a bad checkpoint
-before importing JAX.
+the standard library and NumPy and read no data, so a command line rejects a bad
+checkpoint before building or compiling anything (importing `runners` imports
+JAX, though).
 """
 
 import importlib.metadata
@@ -240,8 +241,8 @@ def load_checkpoint(
     **Arguments:**
 
     - `like`: a pytree with the carry's structure, e.g.
-      `eqx.filter_eval_shape(init, keys)`; its leaves' shapes and dtypes must match
-      the checkpoint's.
+      `runners.state_template(agent, env, num_envs=..., total_steps=...,
+      num_seeds=...)`; its leaves' shapes and dtypes must match the checkpoint's.
     - `expect`: entries `meta.json` must have (e.g. `{"agent": "dqn", "env":
       "CartPole-v1"}`), checked first.
 

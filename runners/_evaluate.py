@@ -9,6 +9,8 @@ from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 from envs import AbstractEnv
 from zoo import AbstractAgent
 
+from ._train import TrainState
+
 
 @eqx.filter_jit
 def evaluate(
@@ -20,13 +22,52 @@ def evaluate(
     num_episodes: int = 128,
     max_steps: int = 100_000,
     greedy: bool = True,
-) -> Float[Array, " episodes"]:
+) -> Float[Array, "*seeds episodes"]:
     """Play `num_episodes` episodes in parallel with the (greedy) policy.
 
     Steps all episodes together until each has ended once (or `max_steps` steps).
 
-    **Returns:** the undiscounted return of each episode.
+    **Arguments:**
+
+    - `state`: the agent state to act with; or a `runners.TrainState`, whose
+      `agent_state` acts: one seed's (from `runners.train`), or with a leading
+      seed axis (`RunResult.state`, a checkpoint of `runners.run`), which evaluates
+      every seed, seed `i` with `jr.fold_in(key, i)`.
+    - `num_episodes`: episodes per seed.
+    - `max_steps`: steps after which unfinished episodes count what they earned.
+    - `greedy`: act greedily (`agent.act(..., greedy=True)`).
+
+    **Returns:** the undiscounted return of each episode: `[num_episodes]`, or
+    `[num_seeds, num_episodes]` for a `TrainState` with a seed axis (row `i` equals
+    `evaluate(agent, runners.seed_state(state, i), env, key=jr.fold_in(key, i))`).
+
+    **Raises:** `ValueError` for a `TrainState` with more than one leading axis.
     """
+    play = lambda s, k: _play(agent, s, env, k, num_episodes, max_steps, greedy)
+    if not isinstance(state, TrainState):
+        return play(state, key)
+    ndim = state.iteration.ndim
+    if ndim == 0:
+        return play(state.agent_state, key)
+    if ndim != 1:
+        raise ValueError(
+            "expected a TrainState of one seed or with one leading seed axis, got "
+            f"iteration of shape {list(state.iteration.shape)}"
+        )
+    seeds = jnp.arange(state.iteration.shape[0])
+    keys = jax.vmap(lambda i: jr.fold_in(key, i))(seeds)
+    return jax.vmap(play)(state.agent_state, keys)
+
+
+def _play(
+    agent: AbstractAgent,
+    state: PyTree,
+    env: AbstractEnv,
+    key: PRNGKeyArray,
+    num_episodes: int,
+    max_steps: int,
+    greedy: bool,
+) -> Float[Array, " episodes"]:
     k_reset, k_loop = jr.split(key)
     obs, env_state = jax.vmap(env.reset)(jr.split(k_reset, num_episodes))
     returns = jnp.zeros(num_episodes)

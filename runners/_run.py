@@ -18,9 +18,9 @@ from envs import AbstractEnv
 from zoo import AbstractAgent
 
 from ._evaluate import evaluate
+from ._state import init_seeds
 from ._train import (
     TrainState,
-    init,
     num_iterations,
     steps_per_iteration,
     train_chunk,
@@ -86,15 +86,6 @@ class NonFiniteError(FloatingPointError):
         super().__init__(message)
         self.env_steps = env_steps
         self.metric = metric
-
-
-def _init_seeds(agent, env, keys, *, num_envs, total_steps):
-    state = jax.vmap(
-        lambda k: init(agent, env, key=k, num_envs=num_envs, total_steps=total_steps)
-    )(keys)
-    # No weak types: a state read back from a checkpoint has none, and a resumed
-    # run must compile the very program the original ran.
-    return jax.tree.map(lambda x: jax.lax.convert_element_type(x, x.dtype), state)
 
 
 def _chunk_seeds(agent, env, state, *, iterations):
@@ -239,7 +230,7 @@ def run(
     eval_keys = jax.vmap(lambda k: jr.fold_in(k, 0x5EED))(seed_keys)
 
     t0 = time.perf_counter()
-    init_fn = partial(_init_seeds, agent, env, num_envs=num_envs, total_steps=total)
+    init_fn = partial(init_seeds, agent, env, num_envs=num_envs, total_steps=total)
     chunk_fn = partial(_chunk_seeds, agent, env, iterations=chunk_iters)
     state_shape = jax.eval_shape(init_fn, seed_keys)
     if state is not None:

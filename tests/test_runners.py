@@ -1,5 +1,6 @@
 """Memory, GAE, the compiled training loop, the host loop and evaluation."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -39,7 +40,8 @@ def test_replay_wraps_around():
     assert (int(state.position), int(state.size), int(state.count)) == (2, 5, 14)
     np.testing.assert_array_equal(state.data.reward[:, 0], [6.0, 7.0, 3.0, 4.0, 5.0])
     np.testing.assert_array_equal(state.data.obs[:, 1, 0], [16, 17, 13, 14, 15])
-    batch, discount = replay.sample(state, 1000, key=jr.PRNGKey(0))
+    sample = replay.sample(state, 1000, key=jr.PRNGKey(0))
+    batch, discount = sample.batch, sample.discount
     assert set(np.unique(batch.reward).tolist()) == {
         3.0,
         4.0,
@@ -59,7 +61,7 @@ def test_replay_wraps_around():
 def test_replay_samples_only_filled_slots():
     replay = zoo.Replay(capacity=100)
     state = replay.add(_empty(replay, 1), _transitions([[1.0], [2.0]]))
-    batch, _ = replay.sample(state, 500, key=jr.PRNGKey(1))
+    batch = replay.sample(state, 500, key=jr.PRNGKey(1)).batch
     assert set(np.unique(batch.reward).tolist()) == {1.0, 2.0}
 
 
@@ -70,7 +72,8 @@ def test_replay_n_step_returns_stop_at_episode_ends():
         _empty(replay, 1),
         _transitions([[1.0], [2.0], [4.0], [8.0]], terminated=[[0], [1], [0], [0]]),
     )
-    batch, discount = replay.sample(state, 400, key=jr.PRNGKey(2), n_step=2, gamma=0.5)
+    sample = replay.sample(state, 400, key=jr.PRNGKey(2), n_step=2, gamma=0.5)
+    batch, discount = sample.batch, sample.discount
     start = np.asarray(batch.obs[:, 0])
     # Windows of two steps start at rows 0, 1, 2 (row 3 has no successor yet).
     assert set(start.tolist()) == {1.0, 2.0, 4.0}
@@ -230,3 +233,117 @@ def test_evaluate_returns_one_return_per_episode(getkey):
     returns = runners.evaluate(agent, state, env, key=getkey(), num_episodes=5)
     # Every episode is truncated after exactly 5 steps of reward 1.
     np.testing.assert_array_equal(np.asarray(returns), [5.0] * 5)
+
+
+# Using a trained agent: evaluation of `TrainState`s, one seed of a run, and the
+# template that loading a saved state needs.
+
+
+@pytest.fixture(scope="module")
+def ppo_run():
+    """A two-seed PPO run on CartPole; the same call as
+    `test_run_in_chunks_equals_one_call_and_reports_floats`, so whichever runs
+    second reuses the compiled programs."""
+    agent, env = SMALL["ppo"](), envs.make("CartPole-v1")
+    result = runners.run(
+        agent,
+        env,
+        key=jr.PRNGKey(7),
+        total_steps=2048,
+        num_envs=4,
+        num_seeds=2,
+        eval_every=512,
+        eval_episodes=4,
+    )
+    return agent, env, result
+
+
+def _assert_same_shapes(a, b):
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        assert (x.shape, x.dtype) == (y.shape, y.dtype)
+
+
+def _weak(tree) -> list[str]:
+    return [
+        jax.tree_util.keystr(path)
+        for path, x in jax.tree_util.tree_leaves_with_path(tree)
+        if getattr(x, "weak_type", False)
+    ]
+
+
+def test_evaluate_accepts_train_states(ppo_run):
+    agent, env, result = ppo_run
+    key = jr.PRNGKey(3)
+    seeded = runners.evaluate(agent, result.state, env, key=key, num_episodes=4)
+    assert seeded.shape == (2, 4)
+    for i in range(2):
+        one = runners.seed_state(result.state, i)
+        k = jr.fold_in(key, i)
+        # One seed's TrainState (shaped like `runners.train`'s) and its agent
+        # state evaluate alike, and like row i of the seeded evaluation.
+        single = runners.evaluate(agent, one, env, key=k, num_episodes=4)
+        by_agent = runners.evaluate(agent, one.agent_state, env, key=k, num_episodes=4)
+        assert single.shape == (4,)
+        np.testing.assert_array_equal(np.asarray(single), np.asarray(by_agent))
+        np.testing.assert_allclose(np.asarray(seeded[i]), np.asarray(single))
+    stacked = jax.tree.map(lambda x: x[None], result.state)
+    with pytest.raises(ValueError, match="one leading seed axis"):
+        runners.evaluate(agent, stacked, env, key=key, num_episodes=4)
+
+
+def test_seed_state_takes_one_seed(ppo_run):
+    agent, env, result = ppo_run
+    state = result.state
+    last = runners.seed_state(state, -1)
+    for a, b in zip(jax.tree.leaves(last), jax.tree.leaves(state), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b)[1])
+    # The state `runners.train` returns for one seed has the same shapes.
+    trained, _ = eqx.filter_eval_shape(
+        runners.train, agent, env, key=jr.PRNGKey(0), total_steps=2048, num_envs=4
+    )
+    _assert_same_shapes(last, trained)
+    agent_state = runners.seed_state(state.agent_state, 1)
+    _assert_same_shapes(agent_state, last.agent_state)
+    with pytest.raises(IndexError, match="seed index 2 is out of range for 2"):
+        runners.seed_state(state, 2)
+    with pytest.raises(IndexError, match="seed index -3 is out of range"):
+        runners.seed_state(state, -3)
+    with pytest.raises(TypeError):
+        runners.seed_state(state, 0.5)  # pyright: ignore[reportArgumentType]
+    with pytest.raises(TypeError, match="seed index must be an integer, got True"):
+        runners.seed_state(state, True)
+    assert runners.seed_state(state, np.int64(1)).iteration.shape == ()
+    with pytest.raises(ValueError, match="got one seed's state"):
+        runners.seed_state(last, 0)
+    with pytest.raises(ValueError, match="leading seed axis"):
+        runners.seed_state({"w": jnp.zeros((2, 3)), "step": jnp.zeros(())}, 0)
+    with pytest.raises(ValueError, match="leading seed axis"):
+        runners.seed_state({"w": jnp.zeros((2, 3)), "b": jnp.zeros((3,))}, 0)
+
+
+def test_state_template_matches_init(ppo_run, tmp_path):
+    agent, env, result = ppo_run
+    sizes = dict(num_envs=4, total_steps=2048)
+    seeded = runners.state_template(agent, env, num_seeds=2, **sizes)
+    single = runners.state_template(agent, env, **sizes)
+    assert isinstance(seeded, runners.TrainState)
+    assert all(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(seeded))
+    assert _weak(seeded) == [] and _weak(single) == []
+    keys = jr.split(jr.PRNGKey(5), 2)
+    real = eqx.filter_jit(runners.init_seeds)(agent, env, keys, **sizes)
+    assert _weak(real) == []
+    _assert_same_shapes(seeded, real)
+    _assert_same_shapes(seeded, result.state)
+    _assert_same_shapes(single, runners.seed_state(real, 0))
+    # What loading a run's state needs.
+    path = runners.save_checkpoint(tmp_path / "2048", result.state, {})
+    loaded, _ = runners.load_checkpoint(path, seeded)
+    for a, b in zip(
+        jax.tree.leaves(loaded), jax.tree.leaves(result.state), strict=True
+    ):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(ValueError, match="num_seeds must be a positive integer"):
+        runners.state_template(agent, env, num_seeds=0, **sizes)
+    with pytest.raises(ValueError, match="num_envs must be a positive integer"):
+        runners.state_template(agent, env, num_envs=0, total_steps=2048)
