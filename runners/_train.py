@@ -111,7 +111,8 @@ def _iteration(agent: AbstractAgent, env: AbstractEnv, state: TrainState):
         env_step, (state.env_state, state.obs), jr.split(k_collect, agent.num_steps)
     )
     memory = agent.memory.add(state.memory, trajectory)
-    agent_state, metrics = agent.update(state.agent_state, memory, key=k_update)
+    agent_state, memory, metrics = agent.update(state.agent_state, memory, key=k_update)
+    agent_state = agent.observe(agent_state, trajectory)
     done = ep_done.astype(jnp.float32)
     metrics = {
         **metrics,

@@ -107,7 +107,8 @@ def test_agent_learns_probe(agent_name, env_name, getkey):
 
 def test_make_rejects_unknown_agent():
     with pytest.raises(
-        ValueError, match=r"unknown agent 'dqm'.*'dqn'.*\['dqn', 'ppo'\]"
+        ValueError,
+        match=r"unknown agent 'dqm'.*'dqn'.*\['ddpg', 'dqn', 'ppo', 'sac', 'td3'\]",
     ):
         zoo.make("dqm")
 

@@ -39,7 +39,17 @@ SMALL = {
     "ppo": lambda **kw: zoo.make(
         "ppo", num_steps=16, num_minibatches=2, hidden_sizes=(16,), **kw
     ),
+    "sac": lambda **kw: zoo.make(
+        "sac",
+        learning_starts=64,
+        batch_size=16,
+        train_frequency=4,
+        hidden_sizes=(16,),
+        normalize_obs=True,
+        **kw,
+    ),
 }
+ENV = {"dqn": "CartPole-v1", "ppo": "CartPole-v1", "sac": "Pendulum-v1"}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -72,13 +82,9 @@ def _bytes(tree) -> bytes:
 
 
 def _template(agent, env, *, num_envs, num_seeds):
-    def init(keys):
-        state = jax.vmap(
-            lambda k: runners.init(agent, env, key=k, num_envs=num_envs, total_steps=1)
-        )(keys)
-        return jax.tree.map(lambda x: jax.lax.convert_element_type(x, x.dtype), state)
-
-    return eqx.filter_eval_shape(init, jr.split(jr.PRNGKey(0), num_seeds))
+    return runners.state_template(
+        agent, env, num_envs=num_envs, total_steps=1, num_seeds=num_seeds
+    )
 
 
 def _state(agent, env, *, num_envs=2, num_seeds=2):
@@ -187,10 +193,11 @@ def _same_reports(a, b):
 
 
 @pytest.mark.parametrize(
-    ("agent_name", "num_seeds"), [("dqn", 1), ("dqn", 3), ("ppo", 1), ("ppo", 3)]
+    ("agent_name", "num_seeds"),
+    [("dqn", 1), ("dqn", 3), ("ppo", 1), ("ppo", 3), ("sac", 2)],
 )
 def test_resume_is_exact(tmp_path, agent_name, num_seeds):
-    agent, env = SMALL[agent_name](), envs.make("CartPole-v1")
+    agent, env = SMALL[agent_name](), envs.make(ENV[agent_name])
     kwargs: dict = dict(
         key=jr.PRNGKey(5),
         total_steps=2048,

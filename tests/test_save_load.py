@@ -37,6 +37,48 @@ def test_save_then_load_gives_the_same_agent_and_state(
     )
 
 
+def test_load_reads_what_save_wrote_whatever_the_run_shape(tmp_path, getkey):
+    # 8 envs x 2 steps split into 4 minibatches; 1 env would not, and loading
+    # must not depend on the env count of the run that trained the agent.
+    import runners
+
+    env = envs.make("CartPole-v1")
+    agent = zoo.make("ppo", num_steps=2, num_minibatches=4, hidden_sizes=(8,))
+    state, _ = runners.train(agent, env, key=getkey(), total_steps=64, num_envs=8)
+    path = tmp_path / "ppo.eqx"
+    zoo.save(path, agent, state.agent_state, env.observation_space, env.action_space)
+    loaded_agent, loaded_state = zoo.load(path)
+    assert loaded_agent == agent
+    for a, b in zip(
+        jax.tree.leaves(state.agent_state), jax.tree.leaves(loaded_state), strict=True
+    ):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_normalize_obs_statistics_are_saved_and_frozen_in_evaluation(tmp_path, getkey):
+    import runners
+
+    env = envs.make("Pendulum-v1")
+    agent = zoo.make("sac", normalize_obs=True, hidden_sizes=(8,), learning_starts=64)
+    state, _ = runners.train(agent, env, key=getkey(), total_steps=256, num_envs=2)
+    stats = state.agent_state.obs_stats
+    # Updated in training: every observation the agent trained on counted.
+    assert float(stats.count) == 256
+    assert not np.allclose(np.asarray(stats.mean), 0.0)
+    path = tmp_path / "sac.eqx"
+    zoo.save(path, agent, state.agent_state, env.observation_space, env.action_space)
+    _, loaded = zoo.load(path)
+    np.testing.assert_array_equal(loaded.obs_stats.mean, stats.mean)
+    # Evaluation uses them unchanged: the agent state is not modified by it, and
+    # a greedy action is the actor's output on the normalised observation.
+    runners.evaluate(agent, loaded, env, key=getkey(), num_episodes=2)
+    np.testing.assert_array_equal(loaded.obs_stats.var, stats.var)
+    obs = jnp.array([1.0, 0.0, 3.0])
+    mean, _ = loaded.actor(stats.normalize(obs))
+    action, _ = agent.act(loaded, obs, key=getkey(), greedy=True)
+    np.testing.assert_allclose(action, 2.0 * jnp.tanh(mean), rtol=1e-5, atol=1e-6)
+
+
 def test_load_rejects_damaged_files(tmp_path, getkey):
     env = envs.make("CartPole-v1")
     agent = zoo.make("dqn", hidden_sizes=(8,))

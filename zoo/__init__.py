@@ -1,21 +1,34 @@
 """Agents as Equinox modules: hyperparameters and architecture, state kept apart."""
 
-from ._agent import AbstractAgent as AbstractAgent
+from ._agent import AbstractAgent as AbstractAgent, AbstractState as AbstractState
+from ._ddpg import DDPG as DDPG, DDPGState as DDPGState
 from ._dqn import DQN as DQN, DQNState as DQNState
 from ._memory import (
     AbstractMemory as AbstractMemory,
+    AbstractReplay as AbstractReplay,
     Replay as Replay,
     ReplayState as ReplayState,
     Rollout as Rollout,
     RolloutState as RolloutState,
+    Sample as Sample,
     Transition as Transition,
 )
 from ._networks import (
     MLP as MLP,
     Critic as Critic,
+    DeterministicActor as DeterministicActor,
     DiscreteActor as DiscreteActor,
     GaussianActor as GaussianActor,
+    QCritic as QCritic,
     QNetwork as QNetwork,
+    SquashedGaussianActor as SquashedGaussianActor,
+)
+from ._normalize import RunningStats as RunningStats
+from ._off_policy import (
+    AbstractOffPolicyAgent as AbstractOffPolicyAgent,
+    AbstractOffPolicyState as AbstractOffPolicyState,
+    scale_action as scale_action,
+    unscale_action as unscale_action,
 )
 from ._ppo import PPO as PPO, PPOState as PPOState, gae as gae
 from ._registry import (
@@ -24,4 +37,6 @@ from ._registry import (
     make as make,
     names as names,
 )
+from ._sac import SAC as SAC, SACState as SACState
 from ._serialise import load as load, save as save
+from ._td3 import TD3 as TD3, TD3State as TD3State

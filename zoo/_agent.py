@@ -10,11 +10,21 @@ from jaxtyping import Array, Int, PRNGKeyArray, PyTree, Shaped
 
 from envs import Space
 
-from ._memory import AbstractMemory
+from ._memory import AbstractMemory, Transition
+from ._normalize import RunningStats
 
-S = TypeVar("S")
 Extras = dict[str, Array]
 Metrics = dict[str, Array]
+
+
+class AbstractState(eqx.Module):
+    """What every agent's state holds besides its own learnt parts: the running
+    observation statistics (used when the agent has `normalize_obs=True`)."""
+
+    obs_stats: eqx.AbstractVar[RunningStats]
+
+
+S = TypeVar("S", bound=AbstractState)
 
 
 class AbstractAgent(eqx.Module, Generic[S]):
@@ -23,11 +33,17 @@ class AbstractAgent(eqx.Module, Generic[S]):
     Its learnable state (networks, optimizer state, counters) is the separate pytree
     returned by `init`, so one agent serves every seed and is static under
     `eqx.filter_jit`. The runner collects `num_steps` steps from each env per
-    iteration, adds them to `memory`, then calls `update`.
+    iteration, adds them to `memory`, calls `update` (which returns the memory
+    too, e.g. with new priorities), then `observe`.
+
+    With `normalize_obs`, observations are normalised by running statistics kept
+    in the state (`state.obs_stats`): `observe` updates them in training only, so
+    evaluation and a loaded agent see observations as the agent last trained on.
     """
 
     memory: eqx.AbstractVar[AbstractMemory]
     num_steps: eqx.AbstractVar[int]
+    normalize_obs: eqx.AbstractVar[bool]
 
     def check(self, obs_space: Space, action_space: Space, num_envs: int) -> None:
         """Raise `ValueError` if this agent cannot train on these spaces with
@@ -60,8 +76,23 @@ class AbstractAgent(eqx.Module, Generic[S]):
     @abc.abstractmethod
     def update(
         self, state: S, memory: PyTree, *, key: PRNGKeyArray
-    ) -> tuple[S, Metrics]:
-        """Learn from the memory. Metrics are scalar arrays."""
+    ) -> tuple[S, PyTree, Metrics]:
+        """Learn from the memory. **Returns:** the new state, the memory (an agent
+        may write to it, e.g. priorities) and metrics (scalar arrays)."""
+
+    def observe(self, state: S, trajectory: Transition) -> S:
+        """Update the observation statistics with a `[num_steps, num_envs]`
+        trajectory just learnt from (training only; a no-op without
+        `normalize_obs`)."""
+        if not self.normalize_obs:
+            return state
+        stats = state.obs_stats.update(trajectory.obs)
+        return eqx.tree_at(lambda s: s.obs_stats, state, stats)
+
+    def preprocess(self, state: S, obs: Shaped[Array, "..."]) -> Shaped[Array, "..."]:
+        """The observation(s) the networks see: normalised with `state.obs_stats`
+        under `normalize_obs`, else unchanged. Any leading axes."""
+        return state.obs_stats.normalize(obs) if self.normalize_obs else obs
 
 
 def adam_optimizer(
@@ -85,6 +116,11 @@ def adam_optimizer(
             optax.scale_by_schedule(lambda n: jnp.maximum(1.0 - n / horizon, 0.0))
         )
     return optax.chain(*chain)
+
+
+def obs_stats(obs_space: Space) -> RunningStats:
+    """Fresh observation statistics for `obs_space`."""
+    return RunningStats.zeros(obs_space.shape)
 
 
 def check_positive(agent: eqx.Module, *names: str) -> None:

@@ -1,6 +1,6 @@
 """Deep Q-learning with double-Q, dueling heads and Polyak or periodic targets."""
 
-from typing import cast, final
+from typing import final
 
 import equinox as eqx
 import jax
@@ -11,13 +11,15 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 
 from envs import Discrete, Space
 
-from ._agent import AbstractAgent, Extras, Metrics, adam_optimizer, check_positive
-from ._memory import Replay, ReplayState, Transition
+from ._agent import Extras, Metrics, adam_optimizer, obs_stats
+from ._memory import Sample
 from ._networks import QNetwork
+from ._normalize import RunningStats
+from ._off_policy import AbstractOffPolicyAgent, AbstractOffPolicyState
 
 
 @final
-class DQNState(eqx.Module):
+class DQNState(AbstractOffPolicyState):
     online: QNetwork
     target: QNetwork
     opt_state: PyTree
@@ -25,10 +27,11 @@ class DQNState(eqx.Module):
     env_steps: Int[Array, ""]  # transitions seen, across envs (drives epsilon)
     # Gradient steps over the whole run: the horizon of learning-rate annealing.
     horizon: Int[Array, ""]
+    obs_stats: RunningStats
 
 
 @final
-class DQN(AbstractAgent[DQNState]):
+class DQN(AbstractOffPolicyAgent[DQNState]):
     """DQN (Mnih et al., 2015) with the usual improvements as options.
 
     **Arguments:**
@@ -50,6 +53,7 @@ class DQN(AbstractAgent[DQNState]):
     - `dueling`: dueling value/advantage head.
     - `huber_delta`: Huber loss threshold.
     - `hidden_sizes`, `activation`: the MLP torso.
+    - `normalize_obs`: normalise observations by running statistics.
     """
 
     learning_rate: float = 1e-3
@@ -72,31 +76,13 @@ class DQN(AbstractAgent[DQNState]):
     max_grad_norm: float = 10.0
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     activation: str = eqx.field(static=True, default="relu")
+    normalize_obs: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
-        check_positive(
-            self,
-            "buffer_size",
-            "batch_size",
-            "train_frequency",
-            "gradient_steps",
-            "target_update_interval",
-            "n_step",
-        )
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"DQN: tau must be in (0, 1], got {self.tau}")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"DQN: gamma must be in [0, 1], got {self.gamma}")
-        if self.learning_starts < 0 or self.exploration_steps < 0:
-            raise ValueError("DQN: learning_starts and exploration_steps must be >= 0")
-
-    @property
-    def memory(self) -> Replay:
-        return Replay(self.buffer_size)
-
-    @property
-    def num_steps(self) -> int:
-        return self.train_frequency
+        if self.exploration_steps < 0:
+            raise ValueError(
+                f"DQN: exploration_steps must be >= 0, got {self.exploration_steps}"
+            )
 
     def check(self, obs_space: Space, action_space: Space, num_envs: int) -> None:
         if not isinstance(action_space, Discrete):
@@ -104,11 +90,7 @@ class DQN(AbstractAgent[DQNState]):
                 "DQN needs a discrete action space, but this env's is "
                 f"{type(action_space).__name__}{action_space.shape}; use PPO instead."
             )
-        if num_envs * self.train_frequency > self.buffer_size:
-            raise ValueError(
-                f"DQN: num_envs * train_frequency = {num_envs * self.train_frequency} "
-                f"transitions per iteration exceed buffer_size={self.buffer_size}"
-            )
+        self.check_replay(num_envs)
 
     def _optimizer(self, horizon: Int[Array, ""]) -> optax.GradientTransformation:
         return adam_optimizer(
@@ -134,8 +116,8 @@ class DQN(AbstractAgent[DQNState]):
         num_envs: int,
         total_steps: int,
     ) -> DQNState:
-        self.check(obs_space, action_space, num_envs)
-        assert isinstance(action_space, Discrete)
+        if not isinstance(action_space, Discrete):
+            raise ValueError("DQN needs a discrete action space")
         online = QNetwork(
             obs_space.shape,
             action_space.n,
@@ -144,13 +126,12 @@ class DQN(AbstractAgent[DQNState]):
             self.dueling,
             key=key,
         )
-        per_iteration = num_envs * self.train_frequency
-        learning = total_steps // per_iteration - self.learning_starts // per_iteration
-        horizon = jnp.array(max(learning, 1) * self.gradient_steps, jnp.int32)
+        horizon = self.gradient_horizon(num_envs, total_steps)
         params = eqx.filter(online, eqx.is_inexact_array)
         opt_state = self._optimizer(horizon).init(params)
         zero = jnp.array(0, jnp.int32)
-        return DQNState(online, online, opt_state, zero, zero, horizon)
+        stats = obs_stats(obs_space)
+        return DQNState(online, online, opt_state, zero, zero, horizon, stats)
 
     def act(
         self,
@@ -160,7 +141,7 @@ class DQN(AbstractAgent[DQNState]):
         key: PRNGKeyArray,
         greedy: bool = False,
     ) -> tuple[Int[Array, ""], Extras]:
-        q = state.online(obs)
+        q = state.online(self.preprocess(state, obs))
         action = jnp.argmax(q).astype(jnp.int32)
         if not greedy:
             k_explore, k_action = jr.split(key)
@@ -173,70 +154,48 @@ class DQN(AbstractAgent[DQNState]):
         self,
         online: QNetwork,
         target: QNetwork,
-        batch: Transition,
-        discount: Float[Array, " batch"],
-    ) -> tuple[Float[Array, ""], Float[Array, ""]]:
-        q = jax.vmap(online)(batch.obs)
+        sample: Sample,
+        obs: Shaped[Array, "batch ..."],
+        next_obs: Shaped[Array, "batch ..."],
+    ) -> tuple[Float[Array, ""], tuple[Float[Array, " batch"], Float[Array, ""]]]:
+        batch = sample.batch
+        q = jax.vmap(online)(obs)
         q_taken = jnp.take_along_axis(q, batch.action[:, None], axis=1)[:, 0]
-        q_next_target = jax.vmap(target)(batch.next_obs)
+        q_next_target = jax.vmap(target)(next_obs)
         if self.double_q:
-            next_action = jnp.argmax(jax.vmap(online)(batch.next_obs), axis=1)
+            next_action = jnp.argmax(jax.vmap(online)(next_obs), axis=1)
         else:
             next_action = jnp.argmax(q_next_target, axis=1)
         q_next = jnp.take_along_axis(q_next_target, next_action[:, None], axis=1)[:, 0]
         # Truncated episodes bootstrap from their final observation; only
         # termination cuts the return.
-        y = batch.reward + discount * (1.0 - batch.terminated) * q_next
+        y = batch.reward + sample.discount * (1.0 - batch.terminated) * q_next
         y = jax.lax.stop_gradient(y)
-        loss = jnp.mean(optax.huber_loss(q_taken, y, delta=self.huber_delta))
-        return loss, jnp.mean(q_taken)
+        losses = optax.huber_loss(q_taken, y, delta=self.huber_delta)
+        loss = jnp.mean(sample.weights * losses)
+        return loss, (jnp.abs(q_taken - y), jnp.mean(q_taken))
 
-    def _target_update(
-        self, online: QNetwork, target: QNetwork, step: Int[Array, ""]
-    ) -> QNetwork:
-        """Every `target_update_interval` gradient steps, move the target a fraction
-        `tau` of the way to the online network."""
-        moved = optax.incremental_update(online, target, self.tau)  # pyright: ignore
-        new = optax.periodic_update(moved, target, step, self.target_update_interval)  # pyright: ignore
-        return cast(QNetwork, new)
-
-    def update(
-        self, state: DQNState, memory: ReplayState, *, key: PRNGKeyArray
-    ) -> tuple[DQNState, Metrics]:
-        optimizer = self._optimizer(state.horizon)
-
-        def gradient_step(s: DQNState, k):
-            batch, discount = self.memory.sample(
-                memory, self.batch_size, key=k, n_step=self.n_step, gamma=self.gamma
-            )
-            (loss, q_mean), grads = eqx.filter_value_and_grad(self._loss, has_aux=True)(
-                s.online, s.target, batch, discount
-            )
-            params = eqx.filter(s.online, eqx.is_inexact_array)
-            updates, opt_state = optimizer.update(grads, s.opt_state, params)
-            online = eqx.apply_updates(s.online, updates)
-            step = s.step + 1
-            target = self._target_update(online, s.target, step)
-            new = DQNState(online, target, opt_state, step, s.env_steps, s.horizon)
-            return new, (
-                loss,
-                q_mean,
-            )
-
-        def learn(s: DQNState):
-            s, (loss, q_mean) = jax.lax.scan(
-                gradient_step, s, jr.split(key, self.gradient_steps)
-            )
-            return s, {"loss": jnp.mean(loss), "q_mean": jnp.mean(q_mean)}
-
-        def skip(s: DQNState):
-            zero = jnp.array(0.0)
-            return s, {"loss": zero, "q_mean": zero}
-
-        state = eqx.tree_at(lambda s: s.env_steps, state, memory.count)
-        ready = (memory.count >= max(self.learning_starts, self.batch_size)) & (
-            memory.size >= self.n_step
+    def learn(
+        self, state: DQNState, sample: Sample, *, key: PRNGKeyArray
+    ) -> tuple[DQNState, Float[Array, " batch"], Metrics]:
+        obs = self.preprocess(state, sample.batch.obs)
+        next_obs = self.preprocess(state, sample.batch.next_obs)
+        grad_fn = eqx.filter_value_and_grad(self._loss, has_aux=True)
+        (loss, (td, q_mean)), grads = grad_fn(
+            state.online, state.target, sample, obs, next_obs
         )
-        state, metrics = jax.lax.cond(ready, learn, skip, state)
-        epsilon = jnp.asarray(self._epsilon(state.env_steps))
-        return state, {**metrics, "epsilon": epsilon}
+        params = eqx.filter(state.online, eqx.is_inexact_array)
+        updates, opt_state = self._optimizer(state.horizon).update(
+            grads, state.opt_state, params
+        )
+        online = eqx.apply_updates(state.online, updates)
+        state = eqx.tree_at(
+            lambda s: (s.online, s.opt_state), state, (online, opt_state)
+        )
+        return state, td, {"loss": loss, "q_mean": q_mean}
+
+    def online(self, state: DQNState) -> QNetwork:
+        return state.online
+
+    def schedule_metrics(self, state: DQNState) -> Metrics:
+        return {"epsilon": jnp.asarray(self._epsilon(state.env_steps))}

@@ -72,12 +72,94 @@ class ReplayState(eqx.Module):
 
 
 @final
-class Replay(AbstractMemory):
-    """A uniform replay buffer of `capacity` transitions; the oldest are overwritten.
+class Sample(eqx.Module):
+    """A minibatch drawn from a replay memory.
 
-    Transitions are stored per env in time order (`capacity // num_envs` rows of
-    `num_envs`), so that `sample` can also build n-step returns.
+    `batch` holds n-step transitions (`reward` the discounted sum, `next_obs` the
+    observation to bootstrap from, `terminated` whether the episode terminated
+    within the window); `discount` is `gamma**k` for the `k` steps summed;
+    `weights` are importance weights (ones for uniform sampling); `row` and `env`
+    say where each transition is stored, for `update_priorities`.
     """
+
+    batch: Transition
+    discount: Float[Array, " batch"]
+    weights: Float[Array, " batch"]
+    row: Int[Array, " batch"]
+    env: Int[Array, " batch"]
+
+
+class AbstractReplay(AbstractMemory):
+    """A replay memory: transitions stored per env in time order
+    (`capacity // num_envs` rows of `num_envs`), so n-step returns can be built.
+
+    Off-policy agents use any replay memory through `add`, `sample` and
+    `update_priorities`; the runner does not know which one they hold.
+    """
+
+    capacity: eqx.AbstractVar[int]
+
+    @abc.abstractmethod
+    def sample(
+        self,
+        state: PyTree,
+        batch_size: int,
+        *,
+        key: PRNGKeyArray,
+        n_step: int = 1,
+        gamma: float | Float[Array, ""] = 1.0,
+    ) -> Sample:
+        """Draw `batch_size` n-step transitions."""
+
+    @abc.abstractmethod
+    def update_priorities(
+        self, state: PyTree, sample: Sample, priorities: Float[Array, " batch"]
+    ) -> PyTree:
+        """Record new priorities (e.g. absolute TD errors) of a sample's
+        transitions."""
+
+
+def n_step_batch(
+    data: Transition,
+    row: Int[Array, " batch"],
+    env: Int[Array, " batch"],
+    n_step: int,
+    gamma: float | Float[Array, ""],
+) -> tuple[Transition, Float[Array, " batch"]]:
+    """The n-step transitions starting at `data[row, env]`: each sums the next
+    `n_step` discounted rewards, stopping early where an episode ends.
+
+    **Returns:** the transitions and the bootstrap discount `gamma**k`, where `k`
+    is the number of steps summed.
+    """
+    rows = data.reward.shape[0]
+    window = (row[:, None] + jnp.arange(n_step)[None, :]) % rows  # [batch, n]
+    at = lambda x: x[window, env[:, None]]
+    done = at(data.terminated) | at(data.truncated)
+    # Step i counts if no episode ended before it within the window.
+    ended_before = jnp.cumsum(done, axis=1) - done
+    alive = (ended_before == 0).astype(jnp.float32)
+    discounts = jnp.asarray(gamma) ** jnp.arange(n_step, dtype=jnp.float32)
+    reward = jnp.sum(at(data.reward) * alive * discounts[None, :], axis=1)
+    steps = jnp.sum(alive, axis=1).astype(jnp.int32)
+    last = jnp.take_along_axis(window, (steps - 1)[:, None], axis=1)[:, 0]
+    first = jax.tree.map(lambda x: x[row, env], data)
+    batch = Transition(
+        obs=first.obs,
+        action=first.action,
+        reward=reward,
+        terminated=data.terminated[last, env],
+        truncated=data.truncated[last, env],
+        next_obs=data.next_obs[last, env],
+        extras=first.extras,
+    )
+    return batch, jnp.asarray(gamma) ** steps
+
+
+@final
+class Replay(AbstractReplay):
+    """A uniform replay buffer of `capacity` transitions; the oldest are
+    overwritten."""
 
     capacity: int = eqx.field(static=True)
 
@@ -118,42 +200,21 @@ class Replay(AbstractMemory):
         key: PRNGKeyArray,
         n_step: int = 1,
         gamma: float | Float[Array, ""] = 1.0,
-    ) -> tuple[Transition, Float[Array, " batch"]]:
-        """Draw `batch_size` n-step transitions uniformly, with replacement.
-
-        Each starts at a random stored step of a random env and sums the next
-        `n_step` discounted rewards, stopping early where an episode ends.
-
-        **Returns:** the transitions (with `reward` the discounted sum, `next_obs`
-        the observation to bootstrap from and `terminated` whether the episode
-        terminated within the window) and the discount `gamma**k` to apply to the
-        bootstrap value, where `k` is the number of steps summed.
-        """
+    ) -> Sample:
+        """Draw `batch_size` n-step transitions uniformly, with replacement, each
+        starting at a stored step (whose whole window has been written) of a
+        random env."""
         rows, num_envs = state.data.reward.shape
         k_row, k_env = jr.split(key)
-        # Starting rows whose whole window has been written.
         starts = jnp.maximum(state.size - (n_step - 1), 1)
         oldest = jnp.where(state.size < rows, 0, state.position)
         row = (oldest + jr.randint(k_row, (batch_size,), 0, starts)) % rows
         env = jr.randint(k_env, (batch_size,), 0, num_envs)
-        window = (row[:, None] + jnp.arange(n_step)[None, :]) % rows  # [batch, n]
-        at = lambda x: x[window, env[:, None]]
-        done = at(state.data.terminated) | at(state.data.truncated)
-        # Step i counts if no episode ended before it within the window.
-        ended_before = jnp.cumsum(done, axis=1) - done
-        alive = (ended_before == 0).astype(jnp.float32)
-        discounts = jnp.asarray(gamma) ** jnp.arange(n_step, dtype=jnp.float32)
-        reward = jnp.sum(at(state.data.reward) * alive * discounts[None, :], axis=1)
-        steps = jnp.sum(alive, axis=1).astype(jnp.int32)
-        last = jnp.take_along_axis(window, (steps - 1)[:, None], axis=1)[:, 0]
-        first = jax.tree.map(lambda x: x[row, env], state.data)
-        batch = Transition(
-            obs=first.obs,
-            action=first.action,
-            reward=reward,
-            terminated=state.data.terminated[last, env],
-            truncated=state.data.truncated[last, env],
-            next_obs=state.data.next_obs[last, env],
-            extras=first.extras,
-        )
-        return batch, jnp.asarray(gamma) ** steps
+        batch, discount = n_step_batch(state.data, row, env, n_step, gamma)
+        return Sample(batch, discount, jnp.ones(batch_size), row, env)
+
+    def update_priorities(
+        self, state: ReplayState, sample: Sample, priorities: Float[Array, " batch"]
+    ) -> ReplayState:
+        """Uniform replay keeps no priorities: `state` unchanged."""
+        return state

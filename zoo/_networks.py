@@ -195,3 +195,120 @@ class GaussianActor(eqx.Module):
         self, obs: Shaped[Array, "..."]
     ) -> tuple[Float[Array, " action_dim"], Float[Array, " action_dim"]]:
         return self.head(self.torso(obs)), self.log_std
+
+
+@final
+class QCritic(eqx.Module):
+    """Action value `Q(obs, action)` of a continuous action: an MLP on the
+    flattened observation concatenated with the action."""
+
+    torso: MLP
+    head: eqx.nn.Linear
+    obs_shape: tuple[int, ...] = eqx.field(static=True)
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        action_dim: int,
+        hidden_sizes: Sequence[int],
+        activation: str = "relu",
+        *,
+        key: PRNGKeyArray,
+    ):
+        k1, k2 = jr.split(key)
+        inputs = int(np.prod(obs_shape)) + action_dim
+        self.torso = MLP((inputs,), hidden_sizes, activation, key=k1)
+        self.head = _linear(self.torso.out_size, 1, 1.0, key=k2)
+        self.obs_shape = tuple(obs_shape)
+
+    def __call__(
+        self, obs: Shaped[Array, "..."], action: Float[Array, " action_dim"]
+    ) -> Float[Array, ""]:
+        if obs.shape != self.obs_shape:
+            raise ValueError(
+                f"observation has shape {obs.shape}, but this network was built for "
+                f"the env's observation shape {self.obs_shape}"
+            )
+        x = jnp.concatenate([jnp.ravel(obs).astype(jnp.float32), action])
+        return self.head(self.torso(x))[0]
+
+
+def q_ensemble(
+    n: int,
+    obs_shape: tuple[int, ...],
+    action_dim: int,
+    hidden_sizes: Sequence[int],
+    activation: str,
+    *,
+    key: PRNGKeyArray,
+) -> QCritic:
+    """`n` independent critics stacked along a leading axis of every parameter,
+    evaluated together with `ensemble_q` (one batched pass, not `n`)."""
+    return eqx.filter_vmap(
+        lambda k: QCritic(obs_shape, action_dim, hidden_sizes, activation, key=k)
+    )(jr.split(key, n))
+
+
+def ensemble_q(
+    critics: QCritic, obs: Shaped[Array, "..."], action: Float[Array, " action_dim"]
+) -> Float[Array, " n"]:
+    """Every critic's `Q(obs, action)` of a `q_ensemble`."""
+    return eqx.filter_vmap(lambda c: c(obs, action))(critics)
+
+
+@final
+class DeterministicActor(eqx.Module):
+    """A deterministic policy with actions in `[-1, 1]` (tanh output)."""
+
+    torso: MLP
+    head: eqx.nn.Linear
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        action_dim: int,
+        hidden_sizes: Sequence[int],
+        activation: str = "relu",
+        *,
+        key: PRNGKeyArray,
+    ):
+        k1, k2 = jr.split(key)
+        self.torso = MLP(obs_shape, hidden_sizes, activation, key=k1)
+        self.head = _linear(self.torso.out_size, action_dim, 0.01, key=k2)
+
+    def __call__(self, obs: Shaped[Array, "..."]) -> Float[Array, " action_dim"]:
+        return jnp.tanh(self.head(self.torso(obs)))
+
+
+@final
+class SquashedGaussianActor(eqx.Module):
+    """Mean and log standard deviation of a Gaussian whose samples are squashed
+    into `[-1, 1]` by tanh; the log standard deviation depends on the state and is
+    kept within `log_std_bounds` (smoothly, by a rescaled tanh)."""
+
+    torso: MLP
+    head: eqx.nn.Linear
+    log_std_bounds: tuple[float, float] = eqx.field(static=True)
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        action_dim: int,
+        hidden_sizes: Sequence[int],
+        activation: str = "relu",
+        log_std_bounds: tuple[float, float] = (-5.0, 2.0),
+        *,
+        key: PRNGKeyArray,
+    ):
+        k1, k2 = jr.split(key)
+        self.torso = MLP(obs_shape, hidden_sizes, activation, key=k1)
+        self.head = _linear(self.torso.out_size, 2 * action_dim, 0.01, key=k2)
+        self.log_std_bounds = log_std_bounds
+
+    def __call__(
+        self, obs: Shaped[Array, "..."]
+    ) -> tuple[Float[Array, " action_dim"], Float[Array, " action_dim"]]:
+        mean, raw = jnp.split(self.head(self.torso(obs)), 2)
+        low, high = self.log_std_bounds
+        log_std = low + 0.5 * (high - low) * (jnp.tanh(raw) + 1.0)
+        return mean, log_std

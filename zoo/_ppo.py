@@ -12,19 +12,29 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 from envs import Box, Discrete, Space
 
 from . import _distributions as dist
-from ._agent import AbstractAgent, Extras, Metrics, adam_optimizer, check_positive
+from ._agent import (
+    AbstractAgent,
+    AbstractState,
+    Extras,
+    Metrics,
+    adam_optimizer,
+    check_positive,
+    obs_stats,
+)
 from ._memory import Rollout, RolloutState, Transition
 from ._networks import Critic, DiscreteActor, GaussianActor
+from ._normalize import RunningStats
 
 
 @final
-class PPOState(eqx.Module):
+class PPOState(AbstractState):
     actor: DiscreteActor | GaussianActor
     critic: Critic
     opt_state: PyTree
     step: Int[Array, ""]  # updates done
     # Optimizer steps over the whole run: the horizon of learning-rate annealing.
     horizon: Int[Array, ""]
+    obs_stats: RunningStats
     action_space: Space = eqx.field(static=True)
 
 
@@ -72,6 +82,7 @@ class PPO(AbstractAgent[PPOState]):
       unscaled).
     - `log_std_init`: initial log standard deviation of a Gaussian policy.
     - `hidden_sizes`, `activation`: actor and critic MLP torsos.
+    - `normalize_obs`: normalise observations by running statistics.
     """
 
     learning_rate: float = 2.5e-4
@@ -90,6 +101,7 @@ class PPO(AbstractAgent[PPOState]):
     log_std_init: float = 0.0
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     activation: str = eqx.field(static=True, default="tanh")
+    normalize_obs: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         check_positive(self, "num_steps", "num_epochs", "num_minibatches", "clip_eps")
@@ -127,7 +139,6 @@ class PPO(AbstractAgent[PPOState]):
         num_envs: int,
         total_steps: int,
     ) -> PPOState:
-        self.check(obs_space, action_space, num_envs)
         k_actor, k_critic = jr.split(key)
         shape = obs_space.shape
         if isinstance(action_space, Discrete):
@@ -150,7 +161,13 @@ class PPO(AbstractAgent[PPOState]):
             eqx.filter((actor, critic), eqx.is_inexact_array)
         )
         return PPOState(
-            actor, critic, opt_state, jnp.array(0, jnp.int32), horizon, action_space
+            actor,
+            critic,
+            opt_state,
+            jnp.array(0, jnp.int32),
+            horizon,
+            obs_stats(obs_space),
+            action_space,
         )
 
     def _policy(self, state: PPOState, actor, obs, action):
@@ -174,6 +191,7 @@ class PPO(AbstractAgent[PPOState]):
         greedy: bool = False,
     ) -> tuple[Shaped[Array, "..."], Extras]:
         space = state.action_space
+        obs = self.preprocess(state, obs)
         value = state.critic(obs)
         if isinstance(space, Discrete):
             assert isinstance(state.actor, DiscreteActor)
@@ -219,8 +237,17 @@ class PPO(AbstractAgent[PPOState]):
 
     def update(
         self, state: PPOState, memory: RolloutState, *, key: PRNGKeyArray
-    ) -> tuple[PPOState, Metrics]:
-        traj = memory.trajectory
+    ) -> tuple[PPOState, RolloutState, Metrics]:
+        # The statistics the rollout was collected with: `observe` updates them
+        # only after this update, so log-probabilities match the stored ones.
+        traj = eqx.tree_at(
+            lambda t: (t.obs, t.next_obs),
+            memory.trajectory,
+            (
+                self.preprocess(state, memory.trajectory.obs),
+                self.preprocess(state, memory.trajectory.next_obs),
+            ),
+        )
         # V(next_obs) is V of the next rollout step where the episode goes on, and
         # V of the final observation where it was truncated: one batched pass
         # bootstraps through truncation correctly.
@@ -261,7 +288,9 @@ class PPO(AbstractAgent[PPOState]):
             jnp.var(returns) + 1e-8
         )
         metrics["explained_variance"] = explained
-        new = PPOState(
-            actor, critic, opt_state, state.step + 1, state.horizon, state.action_space
+        new = eqx.tree_at(
+            lambda s: (s.actor, s.critic, s.opt_state, s.step),
+            state,
+            (actor, critic, opt_state, state.step + 1),
         )
-        return new, metrics
+        return new, memory, metrics

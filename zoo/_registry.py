@@ -5,10 +5,19 @@ import difflib
 from typing import Any
 
 from ._agent import AbstractAgent
+from ._ddpg import DDPG
 from ._dqn import DQN
 from ._ppo import PPO
+from ._sac import SAC
+from ._td3 import TD3
 
-AGENTS: dict[str, type[AbstractAgent]] = {"dqn": DQN, "ppo": PPO}
+AGENTS: dict[str, type[AbstractAgent]] = {
+    "dqn": DQN,
+    "ppo": PPO,
+    "sac": SAC,
+    "td3": TD3,
+    "ddpg": DDPG,
+}
 
 
 def names() -> list[str]:
@@ -31,7 +40,7 @@ def _lookup(name: str) -> type[AbstractAgent]:
 
 
 def make(name: str, **hparams: Any) -> AbstractAgent:
-    """Build agent `name` (`"dqn"`, `"ppo"`) with hyperparameter overrides.
+    """Build agent `name` (one of `names()`) with hyperparameter overrides.
 
     **Raises:** `ValueError` for an unknown agent or hyperparameter (listing the
     valid ones), or an invalid value.
@@ -57,8 +66,10 @@ def make(name: str, **hparams: Any) -> AbstractAgent:
         if not _type_ok(default, value):
             raise ValueError(
                 f"hyperparameter {key!r} of agent {name!r} must be "
-                f"{type(default).__name__}, got {value!r} ({type(value).__name__})"
+                f"{_expected(default)}, got {value!r} ({type(value).__name__})"
             )
+        if _is_bounds(default):
+            hparams[key] = tuple(float(v) for v in value)
     return cls(**hparams)
 
 
@@ -70,7 +81,27 @@ def _type_ok(default: Any, value: Any) -> bool:
     if isinstance(default, float):
         return isinstance(value, int | float) and not isinstance(value, bool)
     if isinstance(default, tuple):
-        return isinstance(value, tuple) and all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value
-        )
+        if not isinstance(value, tuple):
+            return False
+        if _is_bounds(default):
+            return len(value) == len(default) and all(_type_ok(0.0, v) for v in value)
+        return all(_type_ok(1, v) and v > 0 for v in value)
     return isinstance(value, type(default))
+
+
+def _is_bounds(default: Any) -> bool:
+    """A tuple of floats of fixed length (e.g. log-std bounds), unlike a tuple of
+    positive ints of any length (layer sizes)."""
+    return (
+        isinstance(default, tuple)
+        and bool(default)
+        and all(isinstance(d, float) for d in default)
+    )
+
+
+def _expected(default: Any) -> str:
+    if _is_bounds(default):
+        return f"a list of {len(default)} numbers"
+    if isinstance(default, tuple):
+        return "a list of positive integers"
+    return type(default).__name__

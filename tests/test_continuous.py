@@ -1,0 +1,180 @@
+"""SAC, TD3 and DDPG: action scaling, targets, temperature, probes, bad input."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import envs
+import runners
+import zoo
+
+SMALL = dict(
+    learning_rate=3e-3,
+    buffer_size=4_000,
+    batch_size=64,
+    learning_starts=256,
+    hidden_sizes=(32, 32),
+)
+AGENTS = {
+    "sac": lambda **kw: zoo.make("sac", **{"alpha_learning_rate": 3e-3, **SMALL, **kw}),
+    "td3": lambda **kw: zoo.make("td3", **{"exploration_noise": 0.3, **SMALL, **kw}),
+    "ddpg": lambda **kw: zoo.make("ddpg", **{"exploration_noise": 0.3, **SMALL, **kw}),
+}
+ASYMMETRIC = envs.Box(np.array([0.0, -3.0]), np.array([4.0, -1.0]))
+
+
+def _init(agent, obs_space, action_space, key):
+    return agent.init(obs_space, action_space, key=key, num_envs=1, total_steps=1000)
+
+
+def _sample(obs, action, reward, next_obs, terminated, discount):
+    n = reward.shape[0]
+    batch = zoo.Transition(
+        obs=obs,
+        action=action,
+        reward=reward,
+        terminated=terminated,
+        truncated=jnp.zeros(n, bool),
+        next_obs=next_obs,
+        extras={},
+    )
+    index = jnp.zeros(n, jnp.int32)
+    return zoo.Sample(batch, discount, jnp.ones(n), index, index)
+
+
+def test_action_scaling_maps_the_unit_box_onto_the_bounds_exactly():
+    unit = jnp.array([[-1.0, -1.0], [1.0, 1.0], [0.0, 0.0], [0.5, -0.5]])
+    scaled = jax.vmap(lambda a: zoo.scale_action(ASYMMETRIC, a))(unit)
+    np.testing.assert_array_equal(
+        scaled, [[0.0, -3.0], [4.0, -1.0], [2.0, -2.0], [3.0, -2.5]]
+    )
+    np.testing.assert_allclose(zoo.unscale_action(ASYMMETRIC, scaled), unit)
+
+
+@pytest.mark.parametrize("name", sorted(AGENTS))
+def test_actions_lie_within_the_bounds(name, getkey):
+    agent = AGENTS[name]()
+    obs_space = envs.Box(-1.0, 1.0, (3,))
+    state = _init(agent, obs_space, ASYMMETRIC, getkey())
+    obs = 5.0 * jr.normal(getkey(), (256, 3))
+    for greedy in (False, True):
+        actions = jax.vmap(lambda o, k: agent.act(state, o, key=k, greedy=greedy)[0])(
+            obs, jr.split(getkey(), 256)
+        )
+        assert actions.shape == (256, 2)
+        actions = np.asarray(actions)
+        assert np.all(actions >= ASYMMETRIC.low) and np.all(actions <= ASYMMETRIC.high)
+
+
+def _set_heads(critics, values):
+    """Stacked critics whose outputs are `values[i]` whatever the input."""
+    return eqx.tree_at(
+        lambda c: (c.head.weight, c.head.bias),
+        critics,
+        (
+            jnp.zeros_like(critics.head.weight),
+            jnp.asarray(values, jnp.float32)[:, None],
+        ),
+    )
+
+
+@pytest.mark.parametrize("name", ["sac", "td3"])
+def test_target_takes_the_minimum_of_the_twin_critics(name, getkey):
+    agent = AGENTS[name]()
+    obs_space, action_space = envs.Box(-1.0, 1.0, (1,)), envs.Box(-1.0, 1.0, (1,))
+    state = _init(agent, obs_space, action_space, getkey())
+    twins = _set_heads(state.critics, [3.0, -2.0])
+    if name == "sac":
+        # A negligible temperature leaves only the critics in the soft target.
+        state = eqx.tree_at(
+            lambda s: (s.target, s.log_alpha), state, (twins, jnp.array(-40.0))
+        )
+    else:
+        state = eqx.tree_at(lambda s: s.target, state, (state.target[0], twins))
+    n = 5
+    sample = _sample(
+        jnp.zeros((n, 1)),
+        jnp.zeros((n, 1)),
+        jnp.arange(n, dtype=jnp.float32),
+        jnp.zeros((n, 1)),
+        jnp.array([False, False, False, False, True]),
+        jnp.full(n, 0.5),
+    )
+    y = agent.td_target(state, sample, key=getkey())
+    # reward + 0.5 * min(3, -2), and no bootstrap where the episode terminated.
+    np.testing.assert_allclose(y, [-1.0, 0.0, 1.0, 2.0, 4.0], atol=1e-5)
+
+
+@pytest.mark.parametrize(("scale", "direction"), [(-5.0, 1.0), (5.0, -1.0)])
+def test_temperature_moves_toward_the_target_entropy(scale, direction, getkey):
+    # Target entropy +5 per dimension cannot be reached: alpha must rise; -5 is
+    # far below the initial policy's entropy: alpha must fall.
+    agent = AGENTS["sac"](target_entropy_scale=scale, learning_starts=0)
+    obs_space, action_space = envs.Box(-1.0, 1.0, (1,)), envs.Box(-1.0, 1.0, (1,))
+    state = _init(agent, obs_space, action_space, getkey())
+    n = 64
+    sample = _sample(
+        jr.normal(getkey(), (n, 1)),
+        jr.uniform(getkey(), (n, 1), minval=-1.0, maxval=1.0),
+        jnp.zeros(n),
+        jr.normal(getkey(), (n, 1)),
+        jnp.zeros(n, bool),
+        jnp.full(n, 0.9),
+    )
+    alpha0 = float(jnp.exp(state.log_alpha))
+    for _ in range(5):
+        state, _, metrics = agent.learn(state, sample, key=getkey())
+    assert direction * (float(jnp.exp(state.log_alpha)) - alpha0) > 0
+    assert float(metrics["alpha"]) == pytest.approx(float(jnp.exp(state.log_alpha)))
+
+
+@pytest.mark.parametrize("name", sorted(AGENTS))
+def test_critic_fits_the_continuous_action_reward_probe(name, getkey):
+    # One step, reward -(a - 0.5)^2 for a in [-1, 1]: a correct critic learns
+    # Q(s, a) = -(a - 0.5)^2 and the greedy action goes to 0.5.
+    agent = AGENTS[name](gamma=0.9)
+    env = envs.make("probe/ContinuousActionReward")
+    state, _ = runners.train(agent, env, key=getkey(), total_steps=4_000, num_envs=4)
+    s = state.agent_state
+    obs = jnp.zeros(1)
+    action, _ = agent.act(s, obs, key=getkey(), greedy=True)
+    assert float(action[0]) == pytest.approx(0.5, abs=0.15)
+    for a in (-0.5, 0.0, 0.5, 1.0):
+        # Every critic, at an action in [-1, 1] units (the probe's own bounds).
+        values = eqx.filter_vmap(lambda c: c(obs, jnp.array([a])))(s.critics)
+        np.testing.assert_allclose(values, -((a - 0.5) ** 2), atol=0.12)
+
+
+@pytest.mark.parametrize(
+    ("name", "hparams", "match"),
+    [
+        ("sac", {"tau": 0.0}, r"tau must be in \(0, 1\]"),
+        ("td3", {"tau": 1.5}, r"tau must be in \(0, 1\]"),
+        ("ddpg", {"tau": -0.1}, r"tau must be in \(0, 1\]"),
+        ("td3", {"policy_delay": 0}, "policy_delay must be positive"),
+        ("td3", {"exploration_noise": -0.1}, "exploration_noise must be >= 0"),
+        ("td3", {"target_noise": -0.2}, "target_noise must be >= 0"),
+        ("ddpg", {"exploration_noise": -1.0}, "exploration_noise must be >= 0"),
+        ("sac", {"log_std_bounds": (2.0, -5.0)}, "low < high"),
+        ("sac", {"log_std_bounds": (1.0,)}, "must be a list of 2 numbers"),
+        ("sac", {"alpha_init": 0.0}, "alpha_init must be positive"),
+    ],
+)
+def test_invalid_values_fail_at_construction(name, hparams, match):
+    with pytest.raises(ValueError, match=match):
+        zoo.make(name, **hparams)
+
+
+@pytest.mark.parametrize("name", sorted(AGENTS))
+def test_discrete_or_unbounded_actions_fail_before_compiling(name):
+    agent = zoo.make(name)
+    with pytest.raises(ValueError, match=r"needs a continuous \(Box\) action space"):
+        runners.validate(agent, envs.make("CartPole-v1"), 4, 1000)
+    obs_space = envs.make("Pendulum-v1").observation_space
+    infinite = envs.Box(-np.inf, np.inf, (1,))
+    with pytest.raises(ValueError, match="squashes its actions.*not finite"):
+        agent.check(obs_space, infinite, 4)
+    runners.validate(agent, envs.make("Pendulum-v1"), 4, 1000)  # bounded: fine

@@ -1,0 +1,192 @@
+"""The update every off-policy agent shares: DQN, SAC, TD3, DDPG.
+
+An off-policy agent says what one gradient step on a sampled minibatch is
+(`learn`) and which of its networks the target networks track (`online`); this
+module owns the rest: the replay memory, the learning-starts gate, the scan over
+`gradient_steps`, the target update (every `target_update_interval` gradient
+steps, a fraction `tau` of the way) and the env-step counter behind schedules.
+"""
+
+import abc
+from typing import Generic, TypeVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import optax
+from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
+
+from envs import Box, Space
+
+from ._agent import AbstractAgent, AbstractState, Metrics, check_positive
+from ._memory import Replay, ReplayState, Sample
+
+
+class AbstractOffPolicyState(AbstractState):
+    """The parts of an off-policy agent's state the shared update moves."""
+
+    target: eqx.AbstractVar[PyTree]  # the target networks
+    step: eqx.AbstractVar[Int[Array, ""]]  # gradient steps taken
+    env_steps: eqx.AbstractVar[Int[Array, ""]]  # transitions seen, all envs
+
+
+S = TypeVar("S", bound=AbstractOffPolicyState)
+
+
+class AbstractOffPolicyAgent(AbstractAgent[S], Generic[S]):
+    """An agent that learns from a replay memory.
+
+    Every `train_frequency` env steps (per env), once the memory holds
+    `learning_starts` transitions, `update` takes `gradient_steps` gradient steps
+    on minibatches of `batch_size` n-step transitions, and after each moves the
+    target networks every `target_update_interval` steps by a fraction `tau`.
+    """
+
+    gamma: eqx.AbstractVar[float]
+    n_step: eqx.AbstractVar[int]
+    buffer_size: eqx.AbstractVar[int]
+    batch_size: eqx.AbstractVar[int]
+    learning_starts: eqx.AbstractVar[int]
+    train_frequency: eqx.AbstractVar[int]
+    gradient_steps: eqx.AbstractVar[int]
+    target_update_interval: eqx.AbstractVar[int]
+    tau: eqx.AbstractVar[float]
+
+    def __check_init__(self):
+        check_positive(
+            self,
+            "buffer_size",
+            "batch_size",
+            "train_frequency",
+            "gradient_steps",
+            "target_update_interval",
+            "n_step",
+        )
+        name = type(self).__name__
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"{name}: tau must be in (0, 1], got {self.tau}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"{name}: gamma must be in [0, 1], got {self.gamma}")
+        if self.learning_starts < 0:
+            raise ValueError(
+                f"{name}: learning_starts must be >= 0, got {self.learning_starts}"
+            )
+
+    @property
+    def memory(self) -> Replay:
+        return Replay(self.buffer_size)
+
+    @property
+    def num_steps(self) -> int:
+        return self.train_frequency
+
+    def check_replay(self, num_envs: int) -> None:
+        """Raise `ValueError` if an iteration's transitions overflow the memory."""
+        if num_envs * self.train_frequency > self.buffer_size:
+            raise ValueError(
+                f"{type(self).__name__}: num_envs * train_frequency = "
+                f"{num_envs * self.train_frequency} transitions per iteration "
+                f"exceed buffer_size={self.buffer_size}"
+            )
+
+    def gradient_horizon(self, num_envs: int, total_steps: int) -> Int[Array, ""]:
+        """Gradient steps over a run of `total_steps` (a schedule's horizon)."""
+        per_iteration = num_envs * self.train_frequency
+        learning = total_steps // per_iteration - self.learning_starts // per_iteration
+        return jnp.array(max(learning, 1) * self.gradient_steps, jnp.int32)
+
+    @abc.abstractmethod
+    def learn(
+        self, state: S, sample: Sample, *, key: PRNGKeyArray
+    ) -> tuple[S, Float[Array, " batch"], Metrics]:
+        """One gradient step on `sample` (`state.step` not yet incremented).
+
+        **Returns:** the new state, the sample's new priorities (absolute TD
+        errors) and scalar metrics.
+        """
+
+    @abc.abstractmethod
+    def online(self, state: S) -> PyTree:
+        """The networks `state.target` tracks, in its structure."""
+
+    @abc.abstractmethod
+    def schedule_metrics(self, state: S) -> Metrics:
+        """Metrics reported every iteration, learning or not (e.g. epsilon)."""
+
+    def update(
+        self, state: S, memory: ReplayState, *, key: PRNGKeyArray
+    ) -> tuple[S, ReplayState, Metrics]:
+        state = eqx.tree_at(lambda s: s.env_steps, state, memory.count)
+
+        def gradient_step(carry, k):
+            s, mem = carry
+            k_sample, k_learn = jr.split(k)
+            sample = self.memory.sample(
+                mem, self.batch_size, key=k_sample, n_step=self.n_step, gamma=self.gamma
+            )
+            s, priorities, metrics = self.learn(s, sample, key=k_learn)
+            mem = self.memory.update_priorities(mem, sample, priorities)
+            step = s.step + 1
+            moved = optax.incremental_update(self.online(s), s.target, self.tau)  # pyright: ignore
+            target = optax.periodic_update(
+                moved,  # pyright: ignore
+                s.target,
+                step,
+                self.target_update_interval,
+            )
+            s = eqx.tree_at(lambda s: (s.step, s.target), s, (step, target))
+            return (s, mem), metrics
+
+        def learning(carry):
+            carry, metrics = jax.lax.scan(
+                gradient_step, carry, jr.split(key, self.gradient_steps)
+            )
+            return carry, jax.tree.map(jnp.mean, metrics)
+
+        def waiting(carry):
+            shapes = jax.eval_shape(learning, carry)[1]
+            return carry, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+
+        ready = (memory.count >= max(self.learning_starts, self.batch_size)) & (
+            memory.size >= self.n_step
+        )
+        (state, memory), metrics = jax.lax.cond(
+            ready, learning, waiting, (state, memory)
+        )
+        return state, memory, {**metrics, **self.schedule_metrics(state)}
+
+
+def check_box(agent: eqx.Module, action_space: Space, *, squashed: bool) -> Box:
+    """The action space as a `Box` with finite bounds, or a `ValueError` that says
+    which agent to use instead."""
+    name = type(agent).__name__
+    if not isinstance(action_space, Box):
+        raise ValueError(
+            f"{name} needs a continuous (Box) action space, but this env's is "
+            f"{type(action_space).__name__}; use DQN or PPO for discrete actions."
+        )
+    if len(action_space.shape) != 1:
+        raise ValueError(
+            f"{name} needs a vector of actions, got shape {action_space.shape}"
+        )
+    if squashed and not action_space.bounded:
+        raise ValueError(
+            f"{name} squashes its actions into the action space's bounds, but "
+            f"they are not finite (low={action_space.low}, high={action_space.high})"
+            "; wrap the env so its actions are bounded."
+        )
+    return action_space
+
+
+def scale_action(space: Box, action: Float[Array, " n"]) -> Float[Array, " n"]:
+    """Map an action in `[-1, 1]` to the space's bounds, `-1 -> low`, `1 -> high`."""
+    low, high = jnp.asarray(space.low), jnp.asarray(space.high)
+    return low + (action + 1.0) * 0.5 * (high - low)
+
+
+def unscale_action(space: Box, action: Float[Array, "*b n"]) -> Float[Array, "*b n"]:
+    """The inverse of `scale_action`, for any leading axes."""
+    low = jnp.broadcast_to(jnp.asarray(space.low), action.shape)
+    high = jnp.broadcast_to(jnp.asarray(space.high), action.shape)
+    return 2.0 * (action - low) / (high - low) - 1.0

@@ -1,0 +1,260 @@
+"""Soft Actor-Critic for continuous actions."""
+
+from typing import final
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
+
+from envs import Box, Space
+
+from . import _distributions as dist
+from ._agent import Extras, Metrics, adam_optimizer, check_positive, obs_stats
+from ._memory import Sample
+from ._networks import QCritic, SquashedGaussianActor, ensemble_q, q_ensemble
+from ._normalize import RunningStats
+from ._off_policy import (
+    AbstractOffPolicyAgent,
+    AbstractOffPolicyState,
+    check_box,
+    scale_action,
+    unscale_action,
+)
+
+
+@final
+class SACState(AbstractOffPolicyState):
+    actor: SquashedGaussianActor
+    critics: QCritic  # twin critics, stacked along a leading axis
+    target: QCritic  # target critics
+    log_alpha: Float[Array, ""]  # log entropy temperature
+    actor_opt: PyTree
+    critic_opt: PyTree
+    alpha_opt: PyTree
+    step: Int[Array, ""]
+    env_steps: Int[Array, ""]
+    obs_stats: RunningStats
+    action_space: Box = eqx.field(static=True)
+
+
+@final
+class SAC(AbstractOffPolicyAgent[SACState]):
+    """Soft Actor-Critic (Haarnoja et al., 2018) with twin critics and a learned
+    entropy temperature.
+
+    The actor is a tanh-squashed Gaussian whose actions are scaled to the env's
+    `Box` bounds; critics see actions in `[-1, 1]`.
+
+    **Arguments:**
+
+    - `learning_rate`: Adam step size of actor and critics; `alpha_learning_rate`
+      that of the temperature; `max_grad_norm`: global-norm clipping.
+    - `gamma`, `n_step`: discount and n-step returns.
+    - `buffer_size`, `batch_size`, `learning_starts`, `train_frequency`,
+      `gradient_steps`: replay, as for DQN.
+    - `tau`, `target_update_interval`: Polyak averaging of the target critics.
+    - `n_critics`: critics whose minimum makes the target (2: clipped double Q).
+    - `alpha_init`: initial temperature; `learn_alpha`: tune it toward the target
+      entropy `-target_entropy_scale * action_dim`.
+    - `log_std_bounds`: bounds of the actor's log standard deviation.
+    - `hidden_sizes`, `activation`: actor and critic torsos.
+    - `normalize_obs`: normalise observations by running statistics.
+    """
+
+    learning_rate: float = 3e-4
+    alpha_learning_rate: float = 3e-4
+    max_grad_norm: float = 10.0
+    gamma: float = 0.99
+    n_step: int = eqx.field(static=True, default=1)
+    buffer_size: int = eqx.field(static=True, default=100_000)
+    batch_size: int = eqx.field(static=True, default=256)
+    learning_starts: int = 1_000
+    train_frequency: int = eqx.field(static=True, default=1)
+    gradient_steps: int = eqx.field(static=True, default=1)
+    target_update_interval: int = 1
+    tau: float = 0.005
+    n_critics: int = eqx.field(static=True, default=2)
+    alpha_init: float = 1.0
+    learn_alpha: bool = eqx.field(static=True, default=True)
+    target_entropy_scale: float = 1.0
+    log_std_bounds: tuple[float, float] = eqx.field(static=True, default=(-5.0, 2.0))
+    hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(256, 256))
+    activation: str = eqx.field(static=True, default="relu")
+    normalize_obs: bool = eqx.field(static=True, default=False)
+
+    def __check_init__(self):
+        check_positive(self, "n_critics", "alpha_init")
+        low, high = self.log_std_bounds
+        if not low < high:
+            raise ValueError(
+                f"SAC: log_std_bounds must be (low, high) with low < high, got "
+                f"{self.log_std_bounds}"
+            )
+
+    def check(self, obs_space: Space, action_space: Space, num_envs: int) -> None:
+        check_box(self, action_space, squashed=True)
+        self.check_replay(num_envs)
+
+    def init(
+        self,
+        obs_space: Space,
+        action_space: Space,
+        *,
+        key: PRNGKeyArray,
+        num_envs: int,
+        total_steps: int,
+    ) -> SACState:
+        space = check_box(self, action_space, squashed=True)
+        k_actor, k_critic = jr.split(key)
+        dim = space.shape[0]
+        shape = obs_space.shape
+        actor = SquashedGaussianActor(
+            shape,
+            dim,
+            self.hidden_sizes,
+            self.activation,
+            self.log_std_bounds,
+            key=k_actor,
+        )
+        critics = q_ensemble(
+            self.n_critics, shape, dim, self.hidden_sizes, self.activation, key=k_critic
+        )
+        log_alpha = jnp.log(jnp.asarray(self.alpha_init, jnp.float32))
+        actor_opt = self._optimizer().init(eqx.filter(actor, eqx.is_inexact_array))
+        critic_opt = self._optimizer().init(eqx.filter(critics, eqx.is_inexact_array))
+        alpha_opt = self._alpha_optimizer().init(log_alpha)
+        zero = jnp.array(0, jnp.int32)
+        return SACState(
+            actor,
+            critics,
+            critics,
+            log_alpha,
+            actor_opt,
+            critic_opt,
+            alpha_opt,
+            zero,
+            zero,
+            obs_stats(obs_space),
+            space,
+        )
+
+    def _optimizer(self):
+        return adam_optimizer(self.learning_rate, self.max_grad_norm)
+
+    def _alpha_optimizer(self):
+        return adam_optimizer(self.alpha_learning_rate, self.max_grad_norm)
+
+    def act(
+        self,
+        state: SACState,
+        obs: Shaped[Array, "..."],
+        *,
+        key: PRNGKeyArray,
+        greedy: bool = False,
+    ) -> tuple[Float[Array, " action_dim"], Extras]:
+        mean, log_std = state.actor(self.preprocess(state, obs))
+        if greedy:
+            unit = jnp.tanh(mean)
+        else:
+            unit, _ = dist.squashed_gaussian_sample(mean, log_std, key=key)
+        return scale_action(state.action_space, unit), {}
+
+    def _sample_actions(self, actor, obs, key):
+        keys = jr.split(key, obs.shape[0])
+        mean, log_std = jax.vmap(actor)(obs)
+        return jax.vmap(lambda m, s, k: dist.squashed_gaussian_sample(m, s, key=k))(
+            mean, log_std, keys
+        )
+
+    def td_target(
+        self, state: SACState, sample: Sample, *, key: PRNGKeyArray
+    ) -> Float[Array, " batch"]:
+        """The soft target: reward plus the discounted minimum of the target
+        critics at a next action drawn from the policy, less `alpha` times its
+        log-probability (zero where the episode terminated)."""
+        batch = sample.batch
+        next_obs = self.preprocess(state, batch.next_obs)
+        next_action, next_log_prob = self._sample_actions(state.actor, next_obs, key)
+        q_next = jax.vmap(lambda o, a: ensemble_q(state.target, o, a))(
+            next_obs, next_action
+        )
+        soft = jnp.min(q_next, axis=1) - jnp.exp(state.log_alpha) * next_log_prob
+        y = batch.reward + sample.discount * (1.0 - batch.terminated) * soft
+        return jax.lax.stop_gradient(y)
+
+    def learn(
+        self, state: SACState, sample: Sample, *, key: PRNGKeyArray
+    ) -> tuple[SACState, Float[Array, " batch"], Metrics]:
+        batch = sample.batch
+        obs = self.preprocess(state, batch.obs)
+        action = unscale_action(state.action_space, batch.action)
+        alpha = jnp.exp(state.log_alpha)
+        k_next, k_new = jr.split(key)
+        y = self.td_target(state, sample, key=k_next)
+
+        def critic_loss(critics):
+            q = jax.vmap(lambda o, a: ensemble_q(critics, o, a))(obs, action)
+            losses = jnp.sum((q - y[:, None]) ** 2, axis=1)
+            return 0.5 * jnp.mean(sample.weights * losses), q
+
+        (c_loss, q), grads = eqx.filter_value_and_grad(critic_loss, has_aux=True)(
+            state.critics
+        )
+        params = eqx.filter(state.critics, eqx.is_inexact_array)
+        updates, critic_opt = self._optimizer().update(grads, state.critic_opt, params)
+        critics = eqx.apply_updates(state.critics, updates)
+
+        def actor_loss(actor):
+            new_action, log_prob = self._sample_actions(actor, obs, k_new)
+            q_new = jax.vmap(lambda o, a: ensemble_q(critics, o, a))(obs, new_action)
+            loss = jnp.mean(alpha * log_prob - jnp.min(q_new, axis=1))
+            return loss, log_prob
+
+        (a_loss, log_prob), grads = eqx.filter_value_and_grad(actor_loss, has_aux=True)(
+            state.actor
+        )
+        params = eqx.filter(state.actor, eqx.is_inexact_array)
+        updates, actor_opt = self._optimizer().update(grads, state.actor_opt, params)
+        actor = eqx.apply_updates(state.actor, updates)
+
+        log_alpha, alpha_opt = state.log_alpha, state.alpha_opt
+        target_entropy = -self.target_entropy_scale * action.shape[-1]
+        entropy = -jnp.mean(log_prob)
+        if self.learn_alpha:
+            # d/d(log alpha) of -log_alpha * (log_prob + target): positive when
+            # the entropy is above target, so alpha shrinks, and conversely.
+            grad = jax.lax.stop_gradient(entropy - target_entropy)
+            updates, alpha_opt = self._alpha_optimizer().update(
+                grad, state.alpha_opt, log_alpha
+            )
+            log_alpha = log_alpha + updates
+
+        state = eqx.tree_at(
+            lambda s: (
+                s.actor,
+                s.critics,
+                s.log_alpha,
+                s.actor_opt,
+                s.critic_opt,
+                s.alpha_opt,
+            ),
+            state,
+            (actor, critics, log_alpha, actor_opt, critic_opt, alpha_opt),
+        )
+        td = jnp.mean(jnp.abs(q - y[:, None]), axis=1)
+        metrics = {
+            "critic_loss": c_loss,
+            "actor_loss": a_loss,
+            "alpha": jnp.exp(log_alpha),
+            "entropy": entropy,
+            "q_mean": jnp.mean(q),
+        }
+        return state, td, metrics
+
+    def online(self, state: SACState) -> QCritic:
+        return state.critics
+
+    def schedule_metrics(self, state: SACState) -> Metrics:
+        return {}

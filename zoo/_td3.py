@@ -1,0 +1,242 @@
+"""TD3: twin critics, target policy smoothing, delayed actor updates.
+
+DDPG (`zoo/_ddpg.py`) is the same algorithm with one critic, no smoothing and no
+delay, so both are written once here, as `AbstractDeterministicAgent`.
+"""
+
+from typing import final
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
+
+from envs import Box, Space
+
+from ._agent import Extras, Metrics, adam_optimizer, check_positive, obs_stats
+from ._memory import Sample
+from ._networks import DeterministicActor, QCritic, ensemble_q, q_ensemble
+from ._normalize import RunningStats
+from ._off_policy import (
+    AbstractOffPolicyAgent,
+    AbstractOffPolicyState,
+    check_box,
+    scale_action,
+    unscale_action,
+)
+
+
+@final
+class TD3State(AbstractOffPolicyState):
+    actor: DeterministicActor
+    critics: QCritic  # stacked along a leading axis
+    target: tuple[DeterministicActor, QCritic]  # target actor and critics
+    actor_opt: PyTree
+    critic_opt: PyTree
+    step: Int[Array, ""]
+    env_steps: Int[Array, ""]
+    obs_stats: RunningStats
+    action_space: Box = eqx.field(static=True)
+
+
+class AbstractDeterministicAgent(AbstractOffPolicyAgent[TD3State]):
+    """A deterministic actor in `[-1, 1]` (scaled to the env's `Box`), explored
+    with Gaussian noise, and `n_critics` critics whose minimum makes the target.
+    The actor and the target networks move every `policy_delay` critic steps."""
+
+    learning_rate: eqx.AbstractVar[float]
+    max_grad_norm: eqx.AbstractVar[float]
+    exploration_noise: eqx.AbstractVar[float]
+    n_critics: eqx.AbstractVar[int]
+    policy_delay: eqx.AbstractVar[int]
+    target_noise: eqx.AbstractVar[float]
+    target_noise_clip: eqx.AbstractVar[float]
+    hidden_sizes: eqx.AbstractVar[tuple[int, ...]]
+    activation: eqx.AbstractVar[str]
+
+    def __check_init__(self):
+        check_positive(self, "n_critics", "policy_delay")
+        name = type(self).__name__
+        for field in ("exploration_noise", "target_noise", "target_noise_clip"):
+            if getattr(self, field) < 0:
+                raise ValueError(
+                    f"{name}: {field} must be >= 0, got {getattr(self, field)}"
+                )
+
+    def check(self, obs_space: Space, action_space: Space, num_envs: int) -> None:
+        check_box(self, action_space, squashed=True)
+        self.check_replay(num_envs)
+
+    def _optimizer(self):
+        return adam_optimizer(self.learning_rate, self.max_grad_norm)
+
+    def init(
+        self,
+        obs_space: Space,
+        action_space: Space,
+        *,
+        key: PRNGKeyArray,
+        num_envs: int,
+        total_steps: int,
+    ) -> TD3State:
+        space = check_box(self, action_space, squashed=True)
+        k_actor, k_critic = jr.split(key)
+        dim, shape = space.shape[0], obs_space.shape
+        actor = DeterministicActor(
+            shape, dim, self.hidden_sizes, self.activation, key=k_actor
+        )
+        critics = q_ensemble(
+            self.n_critics, shape, dim, self.hidden_sizes, self.activation, key=k_critic
+        )
+        actor_opt = self._optimizer().init(eqx.filter(actor, eqx.is_inexact_array))
+        critic_opt = self._optimizer().init(eqx.filter(critics, eqx.is_inexact_array))
+        zero = jnp.array(0, jnp.int32)
+        return TD3State(
+            actor,
+            critics,
+            (actor, critics),
+            actor_opt,
+            critic_opt,
+            zero,
+            zero,
+            obs_stats(obs_space),
+            space,
+        )
+
+    def act(
+        self,
+        state: TD3State,
+        obs: Shaped[Array, "..."],
+        *,
+        key: PRNGKeyArray,
+        greedy: bool = False,
+    ) -> tuple[Float[Array, " action_dim"], Extras]:
+        unit = state.actor(self.preprocess(state, obs))
+        if not greedy:
+            noise = self.exploration_noise * jr.normal(key, unit.shape)
+            unit = jnp.clip(unit + noise, -1.0, 1.0)
+        return scale_action(state.action_space, unit), {}
+
+    def td_target(
+        self, state: TD3State, sample: Sample, *, key: PRNGKeyArray
+    ) -> Float[Array, " batch"]:
+        """Reward plus the discounted minimum of the target critics at the target
+        actor's (smoothed) next action, zero where the episode terminated."""
+        batch = sample.batch
+        next_obs = self.preprocess(state, batch.next_obs)
+        target_actor, target_critics = state.target
+        next_action = jax.vmap(target_actor)(next_obs)
+        noise = self.target_noise * jr.normal(key, next_action.shape)
+        noise = jnp.clip(noise, -self.target_noise_clip, self.target_noise_clip)
+        next_action = jnp.clip(next_action + noise, -1.0, 1.0)
+        q_next = jax.vmap(lambda o, a: ensemble_q(target_critics, o, a))(
+            next_obs, next_action
+        )
+        q_next = jnp.min(q_next, axis=1)
+        y = batch.reward + sample.discount * (1.0 - batch.terminated) * q_next
+        return jax.lax.stop_gradient(y)
+
+    def learn(
+        self, state: TD3State, sample: Sample, *, key: PRNGKeyArray
+    ) -> tuple[TD3State, Float[Array, " batch"], Metrics]:
+        batch = sample.batch
+        obs = self.preprocess(state, batch.obs)
+        action = unscale_action(state.action_space, batch.action)
+        y = self.td_target(state, sample, key=key)
+
+        def critic_loss(critics):
+            q = jax.vmap(lambda o, a: ensemble_q(critics, o, a))(obs, action)
+            losses = jnp.sum((q - y[:, None]) ** 2, axis=1)
+            return 0.5 * jnp.mean(sample.weights * losses), q
+
+        (c_loss, q), grads = eqx.filter_value_and_grad(critic_loss, has_aux=True)(
+            state.critics
+        )
+        params = eqx.filter(state.critics, eqx.is_inexact_array)
+        updates, critic_opt = self._optimizer().update(grads, state.critic_opt, params)
+        critics = eqx.apply_updates(state.critics, updates)
+
+        def actor_loss(actor):
+            # The first critic alone, as in TD3 and DDPG.
+            first = jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, critics)
+            q_pi = jax.vmap(lambda o: first(o, actor(o)))(obs)
+            return -jnp.mean(q_pi)
+
+        def update_actor(carry):
+            actor, opt_state = carry
+            loss, grads = eqx.filter_value_and_grad(actor_loss)(actor)
+            params = eqx.filter(actor, eqx.is_inexact_array)
+            updates, opt_state = self._optimizer().update(grads, opt_state, params)
+            return (eqx.apply_updates(actor, updates), opt_state), loss
+
+        def keep(carry):
+            return carry, jnp.zeros(())
+
+        if self.policy_delay == 1:
+            (actor, actor_opt), a_loss = update_actor((state.actor, state.actor_opt))
+        else:
+            delayed = (state.step + 1) % self.policy_delay == 0
+            (actor, actor_opt), a_loss = jax.lax.cond(
+                delayed, update_actor, keep, (state.actor, state.actor_opt)
+            )
+        state = eqx.tree_at(
+            lambda s: (s.actor, s.critics, s.actor_opt, s.critic_opt),
+            state,
+            (actor, critics, actor_opt, critic_opt),
+        )
+        td = jnp.mean(jnp.abs(q - y[:, None]), axis=1)
+        metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "q_mean": jnp.mean(q)}
+        return state, td, metrics
+
+    def online(self, state: TD3State) -> tuple[DeterministicActor, QCritic]:
+        return state.actor, state.critics
+
+    def schedule_metrics(self, state: TD3State) -> Metrics:
+        return {}
+
+
+@final
+class TD3(AbstractDeterministicAgent):
+    """TD3 (Fujimoto et al., 2018): DDPG with twin critics (the target takes their
+    minimum), target policy smoothing and delayed actor and target updates.
+
+    **Arguments:**
+
+    - `learning_rate`, `max_grad_norm`: Adam step size of actor and critics;
+      global-norm clipping.
+    - `gamma`, `n_step`: discount and n-step returns.
+    - `buffer_size`, `batch_size`, `learning_starts`, `train_frequency`,
+      `gradient_steps`: replay, as for DQN.
+    - `tau`: Polyak averaging of the targets, every `policy_delay` steps.
+    - `exploration_noise`: standard deviation of the Gaussian action noise (in
+      `[-1, 1]` units).
+    - `policy_delay`: critic steps per actor and target update.
+    - `target_noise`, `target_noise_clip`: target policy smoothing.
+    - `n_critics`: critics whose minimum makes the target.
+    - `hidden_sizes`, `activation`: actor and critic torsos.
+    - `normalize_obs`: normalise observations by running statistics.
+    """
+
+    learning_rate: float = 1e-3
+    max_grad_norm: float = 10.0
+    gamma: float = 0.99
+    n_step: int = eqx.field(static=True, default=1)
+    buffer_size: int = eqx.field(static=True, default=100_000)
+    batch_size: int = eqx.field(static=True, default=256)
+    learning_starts: int = 1_000
+    train_frequency: int = eqx.field(static=True, default=1)
+    gradient_steps: int = eqx.field(static=True, default=1)
+    tau: float = 0.005
+    exploration_noise: float = 0.1
+    policy_delay: int = eqx.field(static=True, default=2)
+    target_noise: float = 0.2
+    target_noise_clip: float = 0.5
+    n_critics: int = eqx.field(static=True, default=2)
+    hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(256, 256))
+    activation: str = eqx.field(static=True, default="relu")
+    normalize_obs: bool = eqx.field(static=True, default=False)
+
+    @property
+    def target_update_interval(self) -> int:
+        return self.policy_delay
