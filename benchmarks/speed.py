@@ -1,7 +1,8 @@
 """Training speed and final greedy return, per case and number of seeds.
 
-    python benchmarks/speed.py                       # every case, 1 then 8 seeds
-    python benchmarks/speed.py --case ppo:CartPole-v1 --seeds 8
+    python benchmarks/speed.py                       # the quick cases, 1 then 8 seeds
+    python benchmarks/speed.py --case sac:Pendulum-v1 --seeds 8 --cache off
+    python benchmarks/speed.py --all --seeds 8       # every tuned agent:env pair
 
 Each (case, seeds) pair runs in a fresh Python process, so that `total_s` counts
 everything a user waits for: interpreter start, imports, compilation, training.
@@ -19,7 +20,18 @@ import subprocess
 import sys
 import time
 
-CASES = ["ppo:CartPole-v1", "dqn:CartPole-v1", "ppo:Pendulum-v1"]
+# A quick run by default; `--all` or `--case` reach every tuned pair.
+QUICK = ["ppo:CartPole-v1", "dqn:CartPole-v1", "ppo:Pendulum-v1", "sac:Pendulum-v1"]
+
+
+def all_cases() -> list[str]:
+    """Every `agent:env` pair with a tuned block in `experiments/configs/`."""
+    from experiments import configs
+
+    return [
+        f"{agent}:{env}" for agent in configs.agents() for env in configs.blocks(agent)
+    ]
+
 EVAL_EPISODES = 128
 
 
@@ -65,12 +77,16 @@ def child(case: str, num_seeds: int, t_launch: float, seed: int, cache: str) -> 
         "steps_per_s": round(result.total_steps * num_seeds / result.train_s),
         "eval_returns": [round(float(r), 2) for r in returns],
         "eval_return_mean": round(float(returns.mean()), 2),
+        "eval_return_worst": round(float(returns.min()), 2),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Training speed and final return.")
-    parser.add_argument("--case", action="append", choices=CASES, help="agent:env")
+    parser.add_argument(
+        "--case", action="append", choices=all_cases(), help="agent:env"
+    )
+    parser.add_argument("--all", action="store_true", help="every tuned pair")
     parser.add_argument("--seeds", type=int, action="append", help="number of seeds")
     parser.add_argument("--seed", type=int, default=0, help="base PRNG seed")
     parser.add_argument(
@@ -90,7 +106,8 @@ def main() -> None:
 
     _jax_setup.set_xla_flags()  # inherited by the child processes
     env = dict(os.environ)
-    for case in args.case or CASES:
+    cases = all_cases() if args.all else args.case or QUICK
+    for case in cases:
         for seeds in args.seeds or [1, 8]:
             cmd = [sys.executable, __file__, "--child", "--case", case]
             cmd += ["--seeds", str(seeds), "--seed", str(args.seed)]

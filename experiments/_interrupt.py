@@ -7,6 +7,7 @@ until the chunk ends, so the signals are read by a watcher thread from the
 wakeup file descriptor that the C-level handler writes to immediately.
 """
 
+import contextlib
 import os
 import signal
 import sys
@@ -31,10 +32,8 @@ def exit_now(code: int) -> None:
     """Flush stdout and stderr and end the process with `code`, skipping
     interpreter shutdown (which would reset signal handlers to the default)."""
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # closed or broken
             stream.flush()
-        except (OSError, ValueError):
-            pass
     os._exit(code)
 
 

@@ -158,6 +158,7 @@ def test_critic_fits_the_continuous_action_reward_probe(name, getkey):
         ("td3", {"exploration_noise": -0.1}, "exploration_noise must be >= 0"),
         ("td3", {"target_noise": -0.2}, "target_noise must be >= 0"),
         ("ddpg", {"exploration_noise": -1.0}, "exploration_noise must be >= 0"),
+        ("ddpg", {"noise_sample_freq": -1}, "noise_sample_freq must be >= 0"),
         ("sac", {"log_std_bounds": (2.0, -5.0)}, "low < high"),
         ("sac", {"log_std_bounds": (1.0,)}, "must be a list of 2 numbers"),
         ("sac", {"alpha_init": 0.0}, "alpha_init must be positive"),
@@ -175,6 +176,27 @@ def test_discrete_or_unbounded_actions_fail_before_compiling(name):
         runners.validate(agent, envs.make("CartPole-v1"), 4, 1000)
     obs_space = envs.make("Pendulum-v1").observation_space
     infinite = envs.Box(-np.inf, np.inf, (1,))
-    with pytest.raises(ValueError, match="squashes its actions.*not finite"):
+    with pytest.raises(ValueError, match=r"squashes its actions.*not finite"):
         agent.check(obs_space, infinite, 4)
     runners.validate(agent, envs.make("Pendulum-v1"), 4, 1000)  # bounded: fine
+
+
+def test_state_dependent_noise_holds_between_draws(getkey):
+    agent = AGENTS["td3"](exploration_noise=0.3, noise_sample_freq=100)
+    obs_space, action_space = envs.Box(-1.0, 1.0, (2,)), envs.Box(-1.0, 1.0, (1,))
+    state = _init(agent, obs_space, action_space, getkey())
+    obs = jnp.array([0.3, -0.2])
+    act = lambda s, k: float(agent.act(s, obs, key=k)[0][0])
+    greedy = float(agent.act(state, obs, key=getkey(), greedy=True)[0][0])
+    first = act(state, getkey())
+    assert first != greedy
+    assert act(state, getkey()) == first  # same draw until 100 env steps pass
+    later = eqx.tree_at(lambda s: s.env_steps, state, jnp.array(100, jnp.int32))
+    assert act(later, getkey()) != first
+    # Over many draws the noise is N(0, 0.3^2) (before clipping to [-1, 1]).
+    draws = jax.vmap(
+        lambda n: agent.act(
+            eqx.tree_at(lambda s: s.env_steps, state, n * 100), obs, key=getkey()
+        )[0][0]
+    )(jnp.arange(2000, dtype=jnp.int32))
+    assert float(jnp.std(draws - greedy)) == pytest.approx(0.3, rel=0.1)

@@ -20,6 +20,9 @@ from experiments.configs import tuned
         ("ppo", "CartPole-v1", 475.0),
         ("dqn", "CartPole-v1", 475.0),
         ("ppo", "Pendulum-v1", -250.0),
+        ("sac", "Pendulum-v1", -250.0),
+        ("td3", "Pendulum-v1", -250.0),
+        ("ddpg", "Pendulum-v1", -300.0),
     ],
 )
 def test_agent_reaches_target_return(agent_name, env_name, threshold):

@@ -25,7 +25,9 @@ class DDPG(AbstractDeterministicAgent):
       `gradient_steps`: replay, as for DQN.
     - `tau`, `target_update_interval`: Polyak averaging of the targets.
     - `exploration_noise`: standard deviation of the Gaussian action noise (in
-      `[-1, 1]` units).
+      `[-1, 1]` units); `noise_sample_freq`: 0 for white noise, else env steps
+      between draws of state-dependent noise (gSDE-style, see
+      `AbstractDeterministicAgent`).
     - `hidden_sizes`, `activation`: actor and critic torsos.
     - `normalize_obs`: normalise observations by running statistics.
     """
@@ -42,6 +44,7 @@ class DDPG(AbstractDeterministicAgent):
     target_update_interval: int = 1
     tau: float = 0.005
     exploration_noise: float = 0.1
+    noise_sample_freq: int = eqx.field(static=True, default=0)
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(256, 256))
     activation: str = eqx.field(static=True, default="relu")
     normalize_obs: bool = eqx.field(static=True, default=False)

@@ -131,7 +131,15 @@ class DQN(AbstractOffPolicyAgent[DQNState]):
         opt_state = self._optimizer(horizon).init(params)
         zero = jnp.array(0, jnp.int32)
         stats = obs_stats(obs_space)
-        return DQNState(online, online, opt_state, zero, zero, horizon, stats)
+        return DQNState(
+            online=online,
+            target=online,
+            opt_state=opt_state,
+            step=zero,
+            env_steps=zero,
+            horizon=horizon,
+            obs_stats=stats,
+        )
 
     def act(
         self,

@@ -205,11 +205,12 @@ class Replay(AbstractReplay):
         starting at a stored step (whose whole window has been written) of a
         random env."""
         rows, num_envs = state.data.reward.shape
-        k_row, k_env = jr.split(key)
         starts = jnp.maximum(state.size - (n_step - 1), 1)
         oldest = jnp.where(state.size < rows, 0, state.position)
-        row = (oldest + jr.randint(k_row, (batch_size,), 0, starts)) % rows
-        env = jr.randint(k_env, (batch_size,), 0, num_envs)
+        # One draw for row and env (each random draw compiles a kernel of its own).
+        flat = jr.randint(key, (batch_size,), 0, starts * num_envs)
+        row = (oldest + flat // num_envs) % rows
+        env = flat % num_envs
         batch, discount = n_step_batch(state.data, row, env, n_step, gamma)
         return Sample(batch, discount, jnp.ones(batch_size), row, env)
 

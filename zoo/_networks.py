@@ -6,7 +6,7 @@ observation fails with a readable message instead of a matmul shape error.
 """
 
 from collections.abc import Callable, Sequence
-from typing import final
+from typing import TypeVar, final
 
 import equinox as eqx
 import jax
@@ -35,9 +35,44 @@ def _linear(
     )
 
 
+T = TypeVar("T")
+
+
+def uniform_fan_in(module: T, *, key: PRNGKeyArray) -> T:
+    """Re-draw every `eqx.nn.Linear` of `module` from one uniform sample, with
+    Equinox's default scale (weights and biases in `±1/sqrt(fan_in)`).
+
+    The same distribution as building the layers with their own keys, but one
+    random-number kernel instead of one per weight and bias: each costs about
+    0.15 s of compilation on a small CPU, and the draws it replaces are removed
+    as dead code.
+    """
+    is_linear = lambda x: isinstance(x, eqx.nn.Linear)
+    linears = lambda m: [
+        x for x in jax.tree.leaves(m, is_leaf=is_linear) if is_linear(x)
+    ]
+    layers = linears(module)
+    total = sum(layer.weight.size + layer.bias.size for layer in layers)
+    draw = jr.uniform(key, (total,), minval=-1.0, maxval=1.0)
+    values, start = [], 0
+    for layer in layers:
+        limit = 1.0 / np.sqrt(layer.in_features)
+        for x in (layer.weight, layer.bias):
+            values.append(limit * draw[start : start + x.size].reshape(x.shape))
+            start += x.size
+    where = lambda m: [x for layer in linears(m) for x in (layer.weight, layer.bias)]
+    return eqx.tree_at(where, module, values)
+
+
 @final
 class MLP(eqx.Module):
-    """Flattens one observation and applies hidden layers with an activation."""
+    """Flattens one observation and applies hidden layers with an activation.
+
+    Layers are initialised orthogonally (gain sqrt 2, as PPO and DQN
+    implementations do), or with Equinox's default uniform fan-in initialisation
+    when `orthogonal=False` (as SAC, TD3 and DDPG implementations do; it also
+    compiles faster, having no QR decomposition).
+    """
 
     layers: tuple[eqx.nn.Linear, ...]
     activation: str = eqx.field(static=True)
@@ -49,6 +84,7 @@ class MLP(eqx.Module):
         hidden_sizes: Sequence[int],
         activation: str,
         *,
+        orthogonal: bool = True,
         key: PRNGKeyArray,
     ):
         if activation not in ACTIVATIONS:
@@ -59,6 +95,8 @@ class MLP(eqx.Module):
         keys = jr.split(key, max(len(sizes) - 1, 1))
         self.layers = tuple(
             _linear(i, o, np.sqrt(2), key=k)
+            if orthogonal
+            else eqx.nn.Linear(i, o, key=k)
             for i, o, k in zip(sizes[:-1], sizes[1:], keys, strict=False)
         )
         self.activation = activation
@@ -215,10 +253,11 @@ class QCritic(eqx.Module):
         *,
         key: PRNGKeyArray,
     ):
-        k1, k2 = jr.split(key)
+        k1, k2, k3 = jr.split(key, 3)
         inputs = int(np.prod(obs_shape)) + action_dim
-        self.torso = MLP((inputs,), hidden_sizes, activation, key=k1)
-        self.head = _linear(self.torso.out_size, 1, 1.0, key=k2)
+        torso = MLP((inputs,), hidden_sizes, activation, orthogonal=False, key=k1)
+        head = eqx.nn.Linear(torso.out_size, 1, key=k2)
+        self.torso, self.head = uniform_fan_in((torso, head), key=k3)
         self.obs_shape = tuple(obs_shape)
 
     def __call__(
@@ -272,9 +311,10 @@ class DeterministicActor(eqx.Module):
         *,
         key: PRNGKeyArray,
     ):
-        k1, k2 = jr.split(key)
-        self.torso = MLP(obs_shape, hidden_sizes, activation, key=k1)
-        self.head = _linear(self.torso.out_size, action_dim, 0.01, key=k2)
+        k1, k2, k3 = jr.split(key, 3)
+        torso = MLP(obs_shape, hidden_sizes, activation, orthogonal=False, key=k1)
+        head = eqx.nn.Linear(torso.out_size, action_dim, key=k2)
+        self.torso, self.head = uniform_fan_in((torso, head), key=k3)
 
     def __call__(self, obs: Shaped[Array, "..."]) -> Float[Array, " action_dim"]:
         return jnp.tanh(self.head(self.torso(obs)))
@@ -300,9 +340,10 @@ class SquashedGaussianActor(eqx.Module):
         *,
         key: PRNGKeyArray,
     ):
-        k1, k2 = jr.split(key)
-        self.torso = MLP(obs_shape, hidden_sizes, activation, key=k1)
-        self.head = _linear(self.torso.out_size, 2 * action_dim, 0.01, key=k2)
+        k1, k2, k3 = jr.split(key, 3)
+        torso = MLP(obs_shape, hidden_sizes, activation, orthogonal=False, key=k1)
+        head = eqx.nn.Linear(torso.out_size, 2 * action_dim, key=k2)
+        self.torso, self.head = uniform_fan_in((torso, head), key=k3)
         self.log_std_bounds = log_std_bounds
 
     def __call__(

@@ -161,13 +161,13 @@ class PPO(AbstractAgent[PPOState]):
             eqx.filter((actor, critic), eqx.is_inexact_array)
         )
         return PPOState(
-            actor,
-            critic,
-            opt_state,
-            jnp.array(0, jnp.int32),
-            horizon,
-            obs_stats(obs_space),
-            action_space,
+            actor=actor,
+            critic=critic,
+            opt_state=opt_state,
+            step=jnp.array(0, jnp.int32),
+            horizon=horizon,
+            obs_stats=obs_stats(obs_space),
+            action_space=action_space,
         )
 
     def _policy(self, state: PPOState, actor, obs, action):

@@ -1,11 +1,12 @@
 """Soft Actor-Critic for continuous actions."""
 
-from typing import final
+from typing import cast, final
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 
 from envs import Box, Space
@@ -127,17 +128,17 @@ class SAC(AbstractOffPolicyAgent[SACState]):
         alpha_opt = self._alpha_optimizer().init(log_alpha)
         zero = jnp.array(0, jnp.int32)
         return SACState(
-            actor,
-            critics,
-            critics,
-            log_alpha,
-            actor_opt,
-            critic_opt,
-            alpha_opt,
-            zero,
-            zero,
-            obs_stats(obs_space),
-            space,
+            actor=actor,
+            critics=critics,
+            target=critics,
+            log_alpha=log_alpha,
+            actor_opt=actor_opt,
+            critic_opt=critic_opt,
+            alpha_opt=alpha_opt,
+            step=zero,
+            env_steps=zero,
+            obs_stats=obs_stats(obs_space),
+            action_space=space,
         )
 
     def _optimizer(self):
@@ -229,7 +230,7 @@ class SAC(AbstractOffPolicyAgent[SACState]):
             updates, alpha_opt = self._alpha_optimizer().update(
                 grad, state.alpha_opt, log_alpha
             )
-            log_alpha = log_alpha + updates
+            log_alpha = cast(Array, optax.apply_updates(log_alpha, updates))
 
         state = eqx.tree_at(
             lambda s: (

@@ -37,17 +37,29 @@ class TD3State(AbstractOffPolicyState):
     step: Int[Array, ""]
     env_steps: Int[Array, ""]
     obs_stats: RunningStats
+    noise_key: PRNGKeyArray  # state-dependent exploration's matrices come from it
     action_space: Box = eqx.field(static=True)
 
 
 class AbstractDeterministicAgent(AbstractOffPolicyAgent[TD3State]):
     """A deterministic actor in `[-1, 1]` (scaled to the env's `Box`), explored
     with Gaussian noise, and `n_critics` critics whose minimum makes the target.
-    The actor and the target networks move every `policy_delay` critic steps."""
+    The actor and the target networks move every `policy_delay` critic steps.
+
+    With `noise_sample_freq > 0` the exploration noise is state-dependent, as in
+    generalised state-dependent exploration (gSDE, Raffin et al., 2022): the
+    noise is `exploration_noise * (z / |z|) @ W`, with `z` the actor's last
+    hidden features and `W` a standard normal matrix drawn anew every
+    `noise_sample_freq` env steps (all envs together). Each step's noise is
+    still `N(0, exploration_noise^2)`, but it changes smoothly with the state and
+    holds its sign between draws, which white noise does not: what tasks that
+    need sustained pushes (MountainCarContinuous) explore with.
+    """
 
     learning_rate: eqx.AbstractVar[float]
     max_grad_norm: eqx.AbstractVar[float]
     exploration_noise: eqx.AbstractVar[float]
+    noise_sample_freq: eqx.AbstractVar[int]
     n_critics: eqx.AbstractVar[int]
     policy_delay: eqx.AbstractVar[int]
     target_noise: eqx.AbstractVar[float]
@@ -58,6 +70,11 @@ class AbstractDeterministicAgent(AbstractOffPolicyAgent[TD3State]):
     def __check_init__(self):
         check_positive(self, "n_critics", "policy_delay")
         name = type(self).__name__
+        if self.noise_sample_freq < 0:
+            raise ValueError(
+                f"{name}: noise_sample_freq must be >= 0 (0: white noise), got "
+                f"{self.noise_sample_freq}"
+            )
         for field in ("exploration_noise", "target_noise", "target_noise_clip"):
             if getattr(self, field) < 0:
                 raise ValueError(
@@ -81,7 +98,7 @@ class AbstractDeterministicAgent(AbstractOffPolicyAgent[TD3State]):
         total_steps: int,
     ) -> TD3State:
         space = check_box(self, action_space, squashed=True)
-        k_actor, k_critic = jr.split(key)
+        k_actor, k_critic, k_noise = jr.split(key, 3)
         dim, shape = space.shape[0], obs_space.shape
         actor = DeterministicActor(
             shape, dim, self.hidden_sizes, self.activation, key=k_actor
@@ -93,15 +110,16 @@ class AbstractDeterministicAgent(AbstractOffPolicyAgent[TD3State]):
         critic_opt = self._optimizer().init(eqx.filter(critics, eqx.is_inexact_array))
         zero = jnp.array(0, jnp.int32)
         return TD3State(
-            actor,
-            critics,
-            (actor, critics),
-            actor_opt,
-            critic_opt,
-            zero,
-            zero,
-            obs_stats(obs_space),
-            space,
+            actor=actor,
+            critics=critics,
+            target=(actor, critics),
+            actor_opt=actor_opt,
+            critic_opt=critic_opt,
+            step=zero,
+            env_steps=zero,
+            obs_stats=obs_stats(obs_space),
+            noise_key=k_noise,
+            action_space=space,
         )
 
     def act(
@@ -112,10 +130,21 @@ class AbstractDeterministicAgent(AbstractOffPolicyAgent[TD3State]):
         key: PRNGKeyArray,
         greedy: bool = False,
     ) -> tuple[Float[Array, " action_dim"], Extras]:
-        unit = state.actor(self.preprocess(state, obs))
-        if not greedy:
-            noise = self.exploration_noise * jr.normal(key, unit.shape)
-            unit = jnp.clip(unit + noise, -1.0, 1.0)
+        actor = state.actor
+        features = actor.torso(self.preprocess(state, obs))
+        unit = jnp.tanh(actor.head(features))
+        if greedy:
+            return scale_action(state.action_space, unit), {}
+        if self.noise_sample_freq > 0:
+            period = state.env_steps // self.noise_sample_freq
+            w = jr.normal(
+                jr.fold_in(state.noise_key, period), (features.size, unit.size)
+            )
+            z = features / (jnp.linalg.norm(features) + 1e-6)
+            noise = z @ w
+        else:
+            noise = jr.normal(key, unit.shape)
+        unit = jnp.clip(unit + self.exploration_noise * noise, -1.0, 1.0)
         return scale_action(state.action_space, unit), {}
 
     def td_target(
@@ -210,7 +239,8 @@ class TD3(AbstractDeterministicAgent):
       `gradient_steps`: replay, as for DQN.
     - `tau`: Polyak averaging of the targets, every `policy_delay` steps.
     - `exploration_noise`: standard deviation of the Gaussian action noise (in
-      `[-1, 1]` units).
+      `[-1, 1]` units); `noise_sample_freq`: 0 for white noise, else env steps
+      between draws of state-dependent noise (see `AbstractDeterministicAgent`).
     - `policy_delay`: critic steps per actor and target update.
     - `target_noise`, `target_noise_clip`: target policy smoothing.
     - `n_critics`: critics whose minimum makes the target.
@@ -229,6 +259,7 @@ class TD3(AbstractDeterministicAgent):
     gradient_steps: int = eqx.field(static=True, default=1)
     tau: float = 0.005
     exploration_noise: float = 0.1
+    noise_sample_freq: int = eqx.field(static=True, default=0)
     policy_delay: int = eqx.field(static=True, default=2)
     target_noise: float = 0.2
     target_noise_clip: float = 0.5

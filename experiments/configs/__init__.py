@@ -23,7 +23,13 @@ import yaml
 CONFIG_DIR = Path(__file__).parent
 
 # The env `python -m experiments.run with agent=<name>` trains on when none is given.
-DEFAULT_ENV: dict[str, str] = {"dqn": "CartPole-v1", "ppo": "CartPole-v1"}
+DEFAULT_ENV: dict[str, str] = {
+    "dqn": "CartPole-v1",
+    "ppo": "CartPole-v1",
+    "sac": "Pendulum-v1",
+    "td3": "Pendulum-v1",
+    "ddpg": "Pendulum-v1",
+}
 FALLBACK_ENV = "CartPole-v1"
 
 # Run settings a block may set next to `hp`, with their types.
