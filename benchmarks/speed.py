@@ -32,6 +32,7 @@ def all_cases() -> list[str]:
         f"{agent}:{env}" for agent in configs.agents() for env in configs.blocks(agent)
     ]
 
+
 EVAL_EPISODES = 128
 
 
