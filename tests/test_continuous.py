@@ -200,3 +200,18 @@ def test_state_dependent_noise_holds_between_draws(getkey):
         )[0][0]
     )(jnp.arange(2000, dtype=jnp.int32))
     assert float(jnp.std(draws - greedy)) == pytest.approx(0.3, rel=0.1)
+
+
+def test_uniform_fan_in_draws_every_layer_at_its_own_scale(getkey):
+    critic = zoo.QCritic((3,), 1, (256, 64), key=getkey())
+    layers = [*critic.torso.layers, critic.head]
+    for layer in layers:
+        limit = 1.0 / np.sqrt(layer.in_features)
+        for x in (np.asarray(layer.weight), np.asarray(layer.bias)):
+            assert np.all(np.abs(x) <= limit)
+        # Uniform on [-limit, limit]: standard deviation limit / sqrt(3).
+        w = np.asarray(layer.weight)
+        if w.size > 1000:
+            assert w.std() == pytest.approx(limit / np.sqrt(3), rel=0.05)
+    # Independent draws: no two layers share values.
+    assert not np.allclose(layers[1].weight[0, :4], layers[0].weight[:4, 0])
