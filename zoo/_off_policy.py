@@ -15,12 +15,13 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import optax
-from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
+from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 
 from envs import Box, Space
 
 from ._agent import AbstractAgent, AbstractState, Metrics, check_positive
 from ._memory import Replay, ReplayState, Sample
+from ._networks import QCritic, ensemble_q
 
 
 class AbstractOffPolicyState(AbstractState):
@@ -190,3 +191,30 @@ def unscale_action(space: Box, action: Float[Array, "*b n"]) -> Float[Array, "*b
     low = jnp.broadcast_to(jnp.asarray(space.low), action.shape)
     high = jnp.broadcast_to(jnp.asarray(space.high), action.shape)
     return 2.0 * (action - low) / (high - low) - 1.0
+
+
+def update_critics(
+    critics: QCritic,
+    opt_state: PyTree,
+    optimizer: optax.GradientTransformation,
+    obs: Shaped[Array, "batch ..."],
+    action: Float[Array, "batch action_dim"],
+    y: Float[Array, " batch"],
+    weights: Float[Array, " batch"],
+) -> tuple[QCritic, PyTree, Float[Array, ""], Float[Array, "batch n"]]:
+    """One optimizer step of a critic ensemble (`q_ensemble`) on the squared error
+    to the targets `y`, each transition weighted by its importance weight.
+
+    **Returns:** the critics, the optimizer state, the loss and the critics'
+    values before the step, `[batch, n_critics]`.
+    """
+
+    def loss_fn(critics):
+        q = jax.vmap(lambda o, a: ensemble_q(critics, o, a))(obs, action)
+        losses = jnp.sum((q - y[:, None]) ** 2, axis=1)
+        return 0.5 * jnp.mean(weights * losses), q
+
+    (loss, q), grads = eqx.filter_value_and_grad(loss_fn, has_aux=True)(critics)
+    params = eqx.filter(critics, eqx.is_inexact_array)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return eqx.apply_updates(critics, updates), opt_state, loss, q

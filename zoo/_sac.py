@@ -22,6 +22,7 @@ from ._off_policy import (
     check_box,
     scale_action,
     unscale_action,
+    update_critics,
 )
 
 
@@ -195,17 +196,15 @@ class SAC(AbstractOffPolicyAgent[SACState]):
         k_next, k_new = jr.split(key)
         y = self.td_target(state, sample, key=k_next)
 
-        def critic_loss(critics):
-            q = jax.vmap(lambda o, a: ensemble_q(critics, o, a))(obs, action)
-            losses = jnp.sum((q - y[:, None]) ** 2, axis=1)
-            return 0.5 * jnp.mean(sample.weights * losses), q
-
-        (c_loss, q), grads = eqx.filter_value_and_grad(critic_loss, has_aux=True)(
-            state.critics
+        critics, critic_opt, c_loss, q = update_critics(
+            state.critics,
+            state.critic_opt,
+            self._optimizer(),
+            obs,
+            action,
+            y,
+            sample.weights,
         )
-        params = eqx.filter(state.critics, eqx.is_inexact_array)
-        updates, critic_opt = self._optimizer().update(grads, state.critic_opt, params)
-        critics = eqx.apply_updates(state.critics, updates)
 
         def actor_loss(actor):
             new_action, log_prob = self._sample_actions(actor, obs, k_new)
