@@ -28,9 +28,19 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+# Held by whoever ends the process: a second signal's last word, once begun, is
+# said before the main thread's own exit can cut it short.
+_EXITING = threading.Lock()
+
+
 def exit_now(code: int) -> None:
     """Flush stdout and stderr and end the process with `code`, skipping
     interpreter shutdown (which would reset signal handlers to the default)."""
+    _EXITING.acquire()
+    _exit(code)
+
+
+def _exit(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # closed or broken
             stream.flush()
@@ -100,11 +110,12 @@ class StopOnSignal:
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         pass  # the watcher thread acts on it, even while the main thread waits
 
-    def _exit_now(self, signum: int, frame: FrameType | None) -> None:
+    def _exit_now(self, signum: int) -> None:
+        _EXITING.acquire()
         try:
             self.on_second()
         finally:
-            exit_now(128 + signum)
+            _exit(128 + signum)
 
     def _watch(self) -> None:
         while True:
@@ -123,4 +134,4 @@ class StopOnSignal:
                     self.signum = signum
                     self.on_first(signum)
                 else:
-                    self._exit_now(signum, None)
+                    self._exit_now(signum)

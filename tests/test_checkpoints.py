@@ -436,10 +436,14 @@ def test_same_config_and_seed_give_identical_runs(cli_runs):
 def test_second_signal_exits_at_once_keeping_the_last_checkpoint(cli_runs):
     cwd = cli_runs["cwd"]
     err_path = cwd / "twice.err"
-    # A long run, so that both signals land while it trains: with the short CLI
-    # run, a loaded machine could finish training (and restore the default
-    # handlers) before the first signal arrived.
-    args = [a for a in CLI if not a.startswith("total_steps=")] + ["total_steps=400000"]
+    # A long run in long chunks (40,000 steps, a second or more), so that both
+    # signals land while a chunk trains: with the CLI's 4,000-step chunks the
+    # stop (one short chunk, a checkpoint, the records) can end the process
+    # before the second signal is sent, and it then has nothing left to say.
+    # (A second signal during the stop goes through the same watcher thread.)
+    long = ("total_steps=", "eval_every=")
+    args = [a for a in CLI if not a.startswith(long)]
+    args += ["total_steps=400000", "eval_every=40000"]
     with err_path.open("w") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "experiments.run", "-F", "twice", "with", *args],
