@@ -205,7 +205,11 @@ def test_untuned_pair_falls_back_with_a_warning(caplog):
 @pytest.mark.parametrize(
     ("updates", "key", "says"),
     [
-        ({"agent": "dqx"}, "agent", "Valid agents: ['dqn', 'ppo']"),
+        (
+            {"agent": "dqx"},
+            "agent",
+            "Valid agents: ['ddpg', 'dqn', 'ppo', 'sac', 'td3']",
+        ),
         ({"env": "CartPol-v1"}, "env", "'CartPole-v1'"),
         ({"agent": "dqn", "env": "Pendulum-v1"}, "agent=dqn env=Pendulum-v1", "Box"),
         ({"hp.learning_rat": 0.1}, "hp.learning_rat", "'learning_rate'"),
