@@ -108,7 +108,8 @@ def test_agent_learns_probe(agent_name, env_name, getkey):
 def test_make_rejects_unknown_agent():
     with pytest.raises(
         ValueError,
-        match=r"unknown agent 'dqm'.*'dqn'.*\['ddpg', 'dqn', 'ppo', 'sac', 'td3'\]",
+        match=r"unknown agent 'dqm'.*'dqn'.*\['a2c', 'c51', 'ddpg', 'dqn', 'ppo', "
+        r"'pqn', 'qrdqn', 'sac', 'td3'\]",
     ):
         zoo.make("dqm")
 

@@ -208,7 +208,8 @@ def test_untuned_pair_falls_back_with_a_warning(caplog):
         (
             {"agent": "dqx"},
             "agent",
-            "Valid agents: ['ddpg', 'dqn', 'ppo', 'sac', 'td3']",
+            "Valid agents: ['a2c', 'c51', 'ddpg', 'dqn', 'ppo', 'pqn', 'qrdqn', "
+            "'sac', 'td3']",
         ),
         ({"env": "CartPol-v1"}, "env", "'CartPole-v1'"),
         ({"agent": "dqn", "env": "Pendulum-v1"}, "agent=dqn env=Pendulum-v1", "Box"),

@@ -1,6 +1,8 @@
 """Agents as Equinox modules: hyperparameters and architecture, state kept apart."""
 
+from ._a2c import A2C as A2C, A2CState as A2CState
 from ._agent import AbstractAgent as AbstractAgent, AbstractState as AbstractState
+from ._c51 import C51 as C51, categorical_projection as categorical_projection
 from ._ddpg import DDPG as DDPG, DDPGState as DDPGState
 from ._dqn import DQN as DQN, DQNState as DQNState
 from ._memory import (
@@ -30,7 +32,20 @@ from ._off_policy import (
     scale_action as scale_action,
     unscale_action as unscale_action,
 )
-from ._ppo import PPO as PPO, PPOState as PPOState, gae as gae
+from ._on_policy import (
+    AbstractActorCritic as AbstractActorCritic,
+    ActorCriticState as ActorCriticState,
+    gae as gae,
+)
+from ._ppo import PPO as PPO, PPOState as PPOState
+from ._pqn import PQN as PQN, PQNState as PQNState, lambda_returns as lambda_returns
+from ._prioritized import (
+    PrioritizedReplay as PrioritizedReplay,
+    PrioritizedReplayState as PrioritizedReplayState,
+    SumTree as SumTree,
+)
+from ._q_learning import AbstractQAgent as AbstractQAgent, QState as QState
+from ._qrdqn import QRDQN as QRDQN, quantile_huber_loss as quantile_huber_loss
 from ._registry import (
     AGENTS as AGENTS,
     hyperparameters as hyperparameters,

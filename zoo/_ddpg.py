@@ -28,6 +28,9 @@ class DDPG(AbstractDeterministicAgent):
       `[-1, 1]` units); `noise_sample_freq`: 0 for white noise, else env steps
       between draws of state-dependent noise (gSDE-style, see
       `AbstractDeterministicAgent`).
+    - `prioritized`: prioritised replay (proportional); `priority_alpha` is
+      the priority exponent, `priority_beta` the importance-weight exponent at
+      the start (annealed linearly to 1).
     - `hidden_sizes`, `activation`: actor and critic torsos.
     - `normalize_obs`: normalise observations by running statistics.
     """
@@ -43,6 +46,9 @@ class DDPG(AbstractDeterministicAgent):
     gradient_steps: int = eqx.field(static=True, default=1)
     target_update_interval: int = 1
     tau: float = 0.005
+    prioritized: bool = eqx.field(static=True, default=False)
+    priority_alpha: float = 0.6
+    priority_beta: float = 0.4
     exploration_noise: float = 0.1
     noise_sample_freq: int = eqx.field(static=True, default=0)
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(256, 256))

@@ -108,8 +108,10 @@ class AbstractReplay(AbstractMemory):
         key: PRNGKeyArray,
         n_step: int = 1,
         gamma: float | Float[Array, ""] = 1.0,
+        beta: float | Float[Array, ""] = 1.0,
     ) -> Sample:
-        """Draw `batch_size` n-step transitions."""
+        """Draw `batch_size` n-step transitions; `beta` is the exponent of the
+        importance weights of a prioritised memory."""
 
     @abc.abstractmethod
     def update_priorities(
@@ -125,9 +127,13 @@ def n_step_batch(
     env: Int[Array, " batch"],
     n_step: int,
     gamma: float | Float[Array, ""],
+    available: Int[Array, " batch"] | None = None,
 ) -> tuple[Transition, Float[Array, " batch"]]:
     """The n-step transitions starting at `data[row, env]`: each sums the next
-    `n_step` discounted rewards, stopping early where an episode ends.
+    `n_step` discounted rewards, stopping early where an episode ends, and after
+    `available` steps where given (the steps written so far from `row` on: a
+    window cut short by the newest row bootstraps earlier, which is still a
+    correct target).
 
     **Returns:** the transitions and the bootstrap discount `gamma**k`, where `k`
     is the number of steps summed.
@@ -138,7 +144,10 @@ def n_step_batch(
     done = at(data.terminated) | at(data.truncated)
     # Step i counts if no episode ended before it within the window.
     ended_before = jnp.cumsum(done, axis=1) - done
-    alive = (ended_before == 0).astype(jnp.float32)
+    alive = ended_before == 0
+    if available is not None:
+        alive &= jnp.arange(n_step)[None, :] < available[:, None]
+    alive = alive.astype(jnp.float32)
     discounts = jnp.asarray(gamma) ** jnp.arange(n_step, dtype=jnp.float32)
     reward = jnp.sum(at(data.reward) * alive * discounts[None, :], axis=1)
     steps = jnp.sum(alive, axis=1).astype(jnp.int32)
@@ -200,10 +209,12 @@ class Replay(AbstractReplay):
         key: PRNGKeyArray,
         n_step: int = 1,
         gamma: float | Float[Array, ""] = 1.0,
+        beta: float | Float[Array, ""] = 1.0,
     ) -> Sample:
         """Draw `batch_size` n-step transitions uniformly, with replacement, each
         starting at a stored step (whose whole window has been written) of a
-        random env."""
+        random env. Importance weights are ones (`beta` has nothing to
+        correct)."""
         rows, num_envs = state.data.reward.shape
         starts = jnp.maximum(state.size - (n_step - 1), 1)
         oldest = jnp.where(state.size < rows, 0, state.position)

@@ -71,10 +71,13 @@ class MLP(eqx.Module):
     Layers are initialised orthogonally (gain sqrt 2, as PPO and DQN
     implementations do), or with Equinox's default uniform fan-in initialisation
     when `orthogonal=False` (as SAC, TD3 and DDPG implementations do; it also
-    compiles faster, having no QR decomposition).
+    compiles faster, having no QR decomposition). With `layer_norm`, each hidden
+    layer is normalised before its activation (as PQN does, in place of a target
+    network).
     """
 
     layers: tuple[eqx.nn.Linear, ...]
+    norms: tuple[eqx.nn.LayerNorm, ...] | None
     activation: str = eqx.field(static=True)
     obs_shape: tuple[int, ...] = eqx.field(static=True)
 
@@ -85,6 +88,7 @@ class MLP(eqx.Module):
         activation: str,
         *,
         orthogonal: bool = True,
+        layer_norm: bool = False,
         key: PRNGKeyArray,
     ):
         if activation not in ACTIVATIONS:
@@ -98,6 +102,9 @@ class MLP(eqx.Module):
             if orthogonal
             else eqx.nn.Linear(i, o, key=k)
             for i, o, k in zip(sizes[:-1], sizes[1:], keys, strict=False)
+        )
+        self.norms = (
+            tuple(eqx.nn.LayerNorm(o) for o in hidden_sizes) if layer_norm else None
         )
         self.activation = activation
         self.obs_shape = tuple(obs_shape)
@@ -119,18 +126,28 @@ class MLP(eqx.Module):
             )
         x = jnp.ravel(obs).astype(jnp.float32)
         fn = ACTIVATIONS[self.activation]
-        for layer in self.layers:
-            x = fn(layer(x))
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if self.norms is not None:
+                x = self.norms[i](x)
+            x = fn(x)
         return x
 
 
 @final
 class QNetwork(eqx.Module):
-    """Action values `Q(obs, ·)`; with `dueling`, `V(obs) + A(obs, ·) - mean A`."""
+    """Action values `Q(obs, ·)`; with `dueling`, `V(obs) + A(obs, ·) - mean A`.
+
+    With `num_atoms`, each action gets `num_atoms` outputs (`[actions, atoms]`):
+    the logits of a categorical return distribution (C51) or its quantiles
+    (QR-DQN); the dueling combination then applies atom by atom.
+    """
 
     torso: MLP
     head: eqx.nn.Linear
     value_head: eqx.nn.Linear | None
+    num_actions: int = eqx.field(static=True)
+    num_atoms: int | None = eqx.field(static=True)
 
     def __init__(
         self,
@@ -140,21 +157,30 @@ class QNetwork(eqx.Module):
         activation: str = "relu",
         dueling: bool = False,
         *,
+        num_atoms: int | None = None,
+        layer_norm: bool = False,
         key: PRNGKeyArray,
     ):
         k1, k2, k3 = jr.split(key, 3)
-        self.torso = MLP(obs_shape, hidden_sizes, activation, key=k1)
-        self.head = _linear(self.torso.out_size, num_actions, 1.0, key=k2)
-        self.value_head = (
-            _linear(self.torso.out_size, 1, 1.0, key=k3) if dueling else None
+        atoms = num_atoms or 1
+        self.torso = MLP(
+            obs_shape, hidden_sizes, activation, layer_norm=layer_norm, key=k1
         )
+        self.head = _linear(self.torso.out_size, num_actions * atoms, 1.0, key=k2)
+        self.value_head = (
+            _linear(self.torso.out_size, atoms, 1.0, key=k3) if dueling else None
+        )
+        self.num_actions = num_actions
+        self.num_atoms = num_atoms
 
-    def __call__(self, obs: Shaped[Array, "..."]) -> Float[Array, " actions"]:
+    def __call__(
+        self, obs: Shaped[Array, "..."]
+    ) -> Float[Array, " actions"] | Float[Array, "actions atoms"]:
         x = self.torso(obs)
-        q = self.head(x)
+        q = self.head(x).reshape(self.num_actions, self.num_atoms or 1)
         if self.value_head is not None:
-            q = self.value_head(x) + q - jnp.mean(q)
-        return q
+            q = self.value_head(x)[None, :] + q - jnp.mean(q, axis=0, keepdims=True)
+        return q if self.num_atoms else q[:, 0]
 
 
 @final

@@ -20,8 +20,9 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 from envs import Box, Space
 
 from ._agent import AbstractAgent, AbstractState, Metrics, check_positive
-from ._memory import Replay, ReplayState, Sample
+from ._memory import AbstractReplay, Replay, Sample
 from ._networks import QCritic, ensemble_q
+from ._prioritized import PrioritizedReplay
 
 
 class AbstractOffPolicyState(AbstractState):
@@ -30,6 +31,9 @@ class AbstractOffPolicyState(AbstractState):
     target: eqx.AbstractVar[PyTree]  # the target networks
     step: eqx.AbstractVar[Int[Array, ""]]  # gradient steps taken
     env_steps: eqx.AbstractVar[Int[Array, ""]]  # transitions seen, all envs
+    # Gradient steps over the whole run: the horizon of schedules (learning
+    # rate, prioritised replay's beta).
+    horizon: eqx.AbstractVar[Int[Array, ""]]
 
 
 S = TypeVar("S", bound=AbstractOffPolicyState)
@@ -42,6 +46,11 @@ class AbstractOffPolicyAgent(AbstractAgent[S], Generic[S]):
     `learning_starts` transitions, `update` takes `gradient_steps` gradient steps
     on minibatches of `batch_size` n-step transitions, and after each moves the
     target networks every `target_update_interval` steps by a fraction `tau`.
+
+    With `prioritized`, the memory is a `PrioritizedReplay`: transitions are
+    drawn in proportion to their absolute TD error to the power
+    `priority_alpha`, and weighted by importance weights whose exponent rises
+    linearly from `priority_beta` to 1 over the run.
     """
 
     gamma: eqx.AbstractVar[float]
@@ -53,6 +62,9 @@ class AbstractOffPolicyAgent(AbstractAgent[S], Generic[S]):
     gradient_steps: eqx.AbstractVar[int]
     target_update_interval: eqx.AbstractVar[int]
     tau: eqx.AbstractVar[float]
+    prioritized: eqx.AbstractVar[bool]
+    priority_alpha: eqx.AbstractVar[float]
+    priority_beta: eqx.AbstractVar[float]
 
     def __check_init__(self):
         check_positive(
@@ -73,10 +85,26 @@ class AbstractOffPolicyAgent(AbstractAgent[S], Generic[S]):
             raise ValueError(
                 f"{name}: learning_starts must be >= 0, got {self.learning_starts}"
             )
+        if not 0.0 <= self.priority_alpha <= 1.0:
+            raise ValueError(
+                f"{name}: priority_alpha must be in [0, 1], got {self.priority_alpha}"
+            )
+        if not 0.0 <= self.priority_beta <= 1.0:
+            raise ValueError(
+                f"{name}: priority_beta must be in [0, 1], got {self.priority_beta}"
+            )
 
     @property
-    def memory(self) -> Replay:
+    def memory(self) -> AbstractReplay:
+        if self.prioritized:
+            return PrioritizedReplay(self.buffer_size, alpha=self.priority_alpha)
         return Replay(self.buffer_size)
+
+    def beta(self, state: S) -> Float[Array, ""]:
+        """Prioritised replay's importance exponent: `priority_beta` rising
+        linearly to 1 over the run's gradient steps."""
+        progress = jnp.minimum(state.step / jnp.maximum(state.horizon, 1), 1.0)
+        return self.priority_beta + (1.0 - self.priority_beta) * progress
 
     @property
     def num_steps(self) -> int:
@@ -116,15 +144,20 @@ class AbstractOffPolicyAgent(AbstractAgent[S], Generic[S]):
         """Metrics reported every iteration, learning or not (e.g. epsilon)."""
 
     def update(
-        self, state: S, memory: ReplayState, *, key: PRNGKeyArray
-    ) -> tuple[S, ReplayState, Metrics]:
+        self, state: S, memory: PyTree, *, key: PRNGKeyArray
+    ) -> tuple[S, PyTree, Metrics]:
         state = eqx.tree_at(lambda s: s.env_steps, state, memory.count)
 
         def gradient_step(carry, k):
             s, mem = carry
             k_sample, k_learn = jr.split(k)
             sample = self.memory.sample(
-                mem, self.batch_size, key=k_sample, n_step=self.n_step, gamma=self.gamma
+                mem,
+                self.batch_size,
+                key=k_sample,
+                n_step=self.n_step,
+                gamma=self.gamma,
+                beta=self.beta(s),
             )
             s, priorities, metrics = self.learn(s, sample, key=k_learn)
             mem = self.memory.update_priorities(mem, sample, priorities)

@@ -4,16 +4,24 @@ import dataclasses
 import difflib
 from typing import Any
 
+from ._a2c import A2C
 from ._agent import AbstractAgent
+from ._c51 import C51
 from ._ddpg import DDPG
 from ._dqn import DQN
 from ._ppo import PPO
+from ._pqn import PQN
+from ._qrdqn import QRDQN
 from ._sac import SAC
 from ._td3 import TD3
 
 AGENTS: dict[str, type[AbstractAgent]] = {
     "dqn": DQN,
+    "c51": C51,
+    "qrdqn": QRDQN,
+    "pqn": PQN,
     "ppo": PPO,
+    "a2c": A2C,
     "sac": SAC,
     "td3": TD3,
     "ddpg": DDPG,

@@ -37,6 +37,7 @@ class SACState(AbstractOffPolicyState):
     alpha_opt: PyTree
     step: Int[Array, ""]
     env_steps: Int[Array, ""]
+    horizon: Int[Array, ""]  # gradient steps over the run
     obs_stats: RunningStats
     action_space: Box = eqx.field(static=True)
 
@@ -61,6 +62,9 @@ class SAC(AbstractOffPolicyAgent[SACState]):
     - `alpha_init`: initial temperature; `learn_alpha`: tune it toward the target
       entropy `-target_entropy_scale * action_dim`.
     - `log_std_bounds`: bounds of the actor's log standard deviation.
+    - `prioritized`: prioritised replay (proportional); `priority_alpha` is
+      the priority exponent, `priority_beta` the importance-weight exponent at
+      the start (annealed linearly to 1).
     - `hidden_sizes`, `activation`: actor and critic torsos.
     - `normalize_obs`: normalise observations by running statistics.
     """
@@ -77,6 +81,9 @@ class SAC(AbstractOffPolicyAgent[SACState]):
     gradient_steps: int = eqx.field(static=True, default=1)
     target_update_interval: int = 1
     tau: float = 0.005
+    prioritized: bool = eqx.field(static=True, default=False)
+    priority_alpha: float = 0.6
+    priority_beta: float = 0.4
     n_critics: int = eqx.field(static=True, default=2)
     alpha_init: float = 1.0
     learn_alpha: bool = eqx.field(static=True, default=True)
@@ -138,6 +145,7 @@ class SAC(AbstractOffPolicyAgent[SACState]):
             alpha_opt=alpha_opt,
             step=zero,
             env_steps=zero,
+            horizon=self.gradient_horizon(num_envs, total_steps),
             obs_stats=obs_stats(obs_space),
             action_space=space,
         )

@@ -37,6 +37,7 @@ class TD3State(AbstractOffPolicyState):
     critic_opt: PyTree
     step: Int[Array, ""]
     env_steps: Int[Array, ""]
+    horizon: Int[Array, ""]  # gradient steps over the run
     obs_stats: RunningStats
     noise_key: PRNGKeyArray  # state-dependent exploration's matrices come from it
     action_space: Box = eqx.field(static=True)
@@ -118,6 +119,7 @@ class AbstractDeterministicAgent(AbstractOffPolicyAgent[TD3State]):
             critic_opt=critic_opt,
             step=zero,
             env_steps=zero,
+            horizon=self.gradient_horizon(num_envs, total_steps),
             obs_stats=obs_stats(obs_space),
             noise_key=k_noise,
             action_space=space,
@@ -243,6 +245,9 @@ class TD3(AbstractDeterministicAgent):
     - `policy_delay`: critic steps per actor and target update.
     - `target_noise`, `target_noise_clip`: target policy smoothing.
     - `n_critics`: critics whose minimum makes the target.
+    - `prioritized`: prioritised replay (proportional); `priority_alpha` is
+      the priority exponent, `priority_beta` the importance-weight exponent at
+      the start (annealed linearly to 1).
     - `hidden_sizes`, `activation`: actor and critic torsos.
     - `normalize_obs`: normalise observations by running statistics.
     """
@@ -257,6 +262,9 @@ class TD3(AbstractDeterministicAgent):
     train_frequency: int = eqx.field(static=True, default=1)
     gradient_steps: int = eqx.field(static=True, default=1)
     tau: float = 0.005
+    prioritized: bool = eqx.field(static=True, default=False)
+    priority_alpha: float = 0.6
+    priority_beta: float = 0.4
     exploration_noise: float = 0.1
     noise_sample_freq: int = eqx.field(static=True, default=0)
     policy_delay: int = eqx.field(static=True, default=2)

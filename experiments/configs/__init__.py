@@ -25,7 +25,11 @@ CONFIG_DIR = Path(__file__).parent
 # The env `python -m experiments.run with agent=<name>` trains on when none is given.
 DEFAULT_ENV: dict[str, str] = {
     "dqn": "CartPole-v1",
+    "c51": "CartPole-v1",
+    "qrdqn": "CartPole-v1",
+    "pqn": "CartPole-v1",
     "ppo": "CartPole-v1",
+    "a2c": "CartPole-v1",
     "sac": "Pendulum-v1",
     "td3": "Pendulum-v1",
     "ddpg": "Pendulum-v1",

@@ -1,0 +1,110 @@
+"""C51: categorical distributional Q-learning (Bellemare et al., 2017)."""
+
+from typing import final
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from ._q_learning import AbstractQAgent
+
+
+def categorical_projection(
+    support: Float[Array, " atoms"],
+    target_support: Float[Array, " atoms"],
+    probs: Float[Array, " atoms"],
+) -> Float[Array, " atoms"]:
+    """Project the distribution putting mass `probs` on `target_support` onto the
+    fixed, evenly spaced `support`: each atom's mass is split between the two
+    nearest support points in proportion to closeness (mass beyond the ends goes
+    to the ends). Written as `m_j = sum_i p_i * max(0, 1 - |clip(Tz_i) - z_j| / dz)`,
+    which also covers a target atom that falls exactly on a support point."""
+    v_min, v_max = support[0], support[-1]
+    dz = support[1] - support[0]
+    tz = jnp.clip(target_support, v_min, v_max)
+    weight = jnp.clip(1.0 - jnp.abs(tz[:, None] - support[None, :]) / dz, 0.0, 1.0)
+    return jnp.sum(probs[:, None] * weight, axis=0)
+
+
+@final
+class C51(AbstractQAgent):
+    """C51 (Bellemare et al., 2017): the return of each action is a categorical
+    distribution on `num_atoms` evenly spaced values in `[v_min, v_max]`; the
+    target distribution, shifted and scaled by the Bellman operator, is projected
+    back onto them and learnt by cross-entropy. The greedy action maximises the
+    distribution's mean.
+
+    **Arguments:** those of `DQN` (without `huber_delta`), and
+
+    - `num_atoms`: support points; `v_min`, `v_max`: the support's ends (set them
+      to cover the returns the env can give, e.g. `[0, 100]` for CartPole with
+      `gamma=0.99`).
+
+    Priorities for prioritised replay are the cross-entropies, as in Rainbow.
+    """
+
+    learning_rate: float = 1e-3
+    anneal_lr: bool = eqx.field(static=True, default=False)
+    gamma: float = 0.99
+    n_step: int = eqx.field(static=True, default=1)
+    buffer_size: int = eqx.field(static=True, default=10_000)
+    batch_size: int = eqx.field(static=True, default=64)
+    learning_starts: int = 1_000
+    train_frequency: int = eqx.field(static=True, default=1)
+    gradient_steps: int = eqx.field(static=True, default=1)
+    target_update_interval: int = 500
+    tau: float = 1.0
+    prioritized: bool = eqx.field(static=True, default=False)
+    priority_alpha: float = 0.6
+    priority_beta: float = 0.4
+    exploration_initial_eps: float = 1.0
+    exploration_final_eps: float = 0.05
+    exploration_steps: int = 10_000
+    double_q: bool = eqx.field(static=True, default=False)
+    dueling: bool = eqx.field(static=True, default=False)
+    atoms: int = eqx.field(static=True, default=51)
+    v_min: float = -10.0
+    v_max: float = 10.0
+    max_grad_norm: float = 10.0
+    hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
+    activation: str = eqx.field(static=True, default="relu")
+    normalize_obs: bool = eqx.field(static=True, default=False)
+
+    def __check_init__(self):
+        if self.atoms < 2:
+            raise ValueError(f"C51: atoms must be at least 2, got {self.atoms}")
+        if not self.v_min < self.v_max:
+            raise ValueError(
+                f"C51: v_min must be below v_max, got [{self.v_min}, {self.v_max}]"
+            )
+
+    @property
+    def num_atoms(self) -> int:
+        return self.atoms
+
+    @property
+    def support(self) -> Float[Array, " atoms"]:
+        return jnp.linspace(self.v_min, self.v_max, self.atoms)
+
+    def value(
+        self, out: Float[Array, "*b actions atoms"]
+    ) -> Float[Array, "*b actions"]:
+        return jax.nn.softmax(out, axis=-1) @ self.support
+
+    def td_loss(
+        self,
+        taken: Float[Array, "batch atoms"],
+        next_taken: Float[Array, "batch atoms"],
+        reward: Float[Array, " batch"],
+        discount: Float[Array, " batch"],
+    ) -> tuple[Float[Array, " batch"], Float[Array, " batch"]]:
+        support = self.support
+        target_support = reward[:, None] + discount[:, None] * support[None, :]
+        probs = jax.nn.softmax(next_taken, axis=-1)
+        target = jax.vmap(categorical_projection, in_axes=(None, 0, 0))(
+            support, target_support, probs
+        )
+        target = jax.lax.stop_gradient(target)
+        losses = -jnp.sum(target * jax.nn.log_softmax(taken, axis=-1), axis=-1)
+        return losses, losses
