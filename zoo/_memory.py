@@ -120,6 +120,18 @@ class AbstractReplay(AbstractMemory):
         """Record new priorities (e.g. absolute TD errors) of a sample's
         transitions."""
 
+    @abc.abstractmethod
+    def split(self, state: PyTree) -> tuple[PyTree, PyTree]:
+        """`(stored, written)`: the transitions, which learning only reads, and
+        what `update_priorities` writes. An update carries only `written`
+        through its learning-starts gate: under a vmap over seeds that gate
+        evaluates both branches and selects, and selecting the whole buffer
+        would copy it every iteration."""
+
+    @abc.abstractmethod
+    def join(self, stored: PyTree, written: PyTree) -> PyTree:
+        """The inverse of `split`."""
+
 
 def n_step_batch(
     data: Transition,
@@ -230,3 +242,9 @@ class Replay(AbstractReplay):
     ) -> ReplayState:
         """Uniform replay keeps no priorities: `state` unchanged."""
         return state
+
+    def split(self, state: ReplayState) -> tuple[ReplayState, None]:
+        return state, None
+
+    def join(self, stored: ReplayState, written: None) -> ReplayState:
+        return stored

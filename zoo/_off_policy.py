@@ -147,10 +147,13 @@ class AbstractOffPolicyAgent(AbstractAgent[S], Generic[S]):
         self, state: S, memory: PyTree, *, key: PRNGKeyArray
     ) -> tuple[S, PyTree, Metrics]:
         state = eqx.tree_at(lambda s: s.env_steps, state, memory.count)
+        # Only what learning writes (priorities) goes through the gate below.
+        stored, written = self.memory.split(memory)
 
         def gradient_step(carry, k):
-            s, mem = carry
+            s, written = carry
             k_sample, k_learn = jr.split(k)
+            mem = self.memory.join(stored, written)
             sample = self.memory.sample(
                 mem,
                 self.batch_size,
@@ -160,7 +163,9 @@ class AbstractOffPolicyAgent(AbstractAgent[S], Generic[S]):
                 beta=self.beta(s),
             )
             s, priorities, metrics = self.learn(s, sample, key=k_learn)
-            mem = self.memory.update_priorities(mem, sample, priorities)
+            _, written = self.memory.split(
+                self.memory.update_priorities(mem, sample, priorities)
+            )
             step = s.step + 1
             moved = optax.incremental_update(self.online(s), s.target, self.tau)  # pyright: ignore
             target = optax.periodic_update(
@@ -170,7 +175,7 @@ class AbstractOffPolicyAgent(AbstractAgent[S], Generic[S]):
                 self.target_update_interval,
             )
             s = eqx.tree_at(lambda s: (s.step, s.target), s, (step, target))
-            return (s, mem), metrics
+            return (s, written), metrics
 
         def learning(carry):
             carry, metrics = jax.lax.scan(
@@ -185,9 +190,10 @@ class AbstractOffPolicyAgent(AbstractAgent[S], Generic[S]):
         ready = (memory.count >= max(self.learning_starts, self.batch_size)) & (
             memory.size >= self.n_step
         )
-        (state, memory), metrics = jax.lax.cond(
-            ready, learning, waiting, (state, memory)
+        (state, written), metrics = jax.lax.cond(
+            ready, learning, waiting, (state, written)
         )
+        memory = self.memory.join(stored, written)
         return state, memory, {**metrics, **self.schedule_metrics(state)}
 
 

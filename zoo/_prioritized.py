@@ -192,3 +192,13 @@ class PrioritizedReplay(AbstractReplay):
         return PrioritizedReplayState(
             state.replay, tree, jnp.maximum(state.max_priority, jnp.max(value))
         )
+
+    def split(
+        self, state: PrioritizedReplayState
+    ) -> tuple[ReplayState, tuple[SumTree, Float[Array, ""]]]:
+        return state.replay, (state.tree, state.max_priority)
+
+    def join(
+        self, stored: ReplayState, written: tuple[SumTree, Float[Array, ""]]
+    ) -> PrioritizedReplayState:
+        return PrioritizedReplayState(stored, *written)
