@@ -3,6 +3,7 @@
     python benchmarks/speed.py                       # the quick cases, 1 then 8 seeds
     python benchmarks/speed.py --case sac:Pendulum-v1 --seeds 8 --cache off
     python benchmarks/speed.py --all --seeds 8       # every tuned agent:env pair
+    python benchmarks/speed.py --case dqn:CartPole-v1 --hp prioritized=true
 
 Each (case, seeds) pair runs in a fresh Python process, so that `total_s` counts
 everything a user waits for: interpreter start, imports, compilation, training.
@@ -36,7 +37,23 @@ def all_cases() -> list[str]:
 EVAL_EPISODES = 128
 
 
-def child(case: str, num_seeds: int, t_launch: float, seed: int, cache: str) -> dict:
+def parse_hp(items: list[str]) -> dict:
+    """`["name=value", ...]` to overrides, each value read as YAML
+    (`prioritized=true`, `learning_rate=1e-3`, `hidden_sizes=[32,32]`)."""
+    import yaml
+
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--hp takes name=value, got {item!r}")
+        out[name] = yaml.safe_load(value)
+    return out
+
+
+def child(
+    case: str, num_seeds: int, t_launch: float, seed: int, cache: str, hp: dict
+) -> dict:
     from experiments import _jax_setup
 
     if cache == "on":
@@ -52,7 +69,7 @@ def child(case: str, num_seeds: int, t_launch: float, seed: int, cache: str) -> 
     block = tuned(agent_name, env_name)
     if block is None:
         raise SystemExit(f"no tuned config for {case}")
-    agent = zoo.make(agent_name, **block.get("hp", {}))
+    agent = zoo.make(agent_name, **{**block.get("hp", {}), **hp})
     env = envs.make(env_name)
     result = runners.run(
         agent,
@@ -69,6 +86,7 @@ def child(case: str, num_seeds: int, t_launch: float, seed: int, cache: str) -> 
         "agent": agent_name,
         "env": env_name,
         "num_seeds": num_seeds,
+        "hp": hp,
         "total_steps": result.total_steps,
         "num_envs": block["num_envs"],
         "cache": cache,
@@ -91,6 +109,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, action="append", help="number of seeds")
     parser.add_argument("--seed", type=int, default=0, help="base PRNG seed")
     parser.add_argument(
+        "--hp",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a tuned hyperparameter (YAML value), e.g. prioritized=true",
+    )
+    parser.add_argument(
         "--cache",
         choices=["on", "off"],
         default="on",
@@ -100,9 +125,13 @@ def main() -> None:
     parser.add_argument("--t-launch", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        out = child(args.case[0], args.seeds[0], args.t_launch, args.seed, args.cache)
+        hp = parse_hp(args.hp)
+        out = child(
+            args.case[0], args.seeds[0], args.t_launch, args.seed, args.cache, hp
+        )
         print(json.dumps(out))
         return
+    parse_hp(args.hp)  # a malformed override fails before any case runs
     from experiments import _jax_setup
 
     _jax_setup.set_xla_flags()  # inherited by the child processes
@@ -113,6 +142,7 @@ def main() -> None:
             cmd = [sys.executable, __file__, "--child", "--case", case]
             cmd += ["--seeds", str(seeds), "--seed", str(args.seed)]
             cmd += ["--cache", args.cache]
+            cmd += [f"--hp={item}" for item in args.hp]
             cmd += ["--t-launch", repr(time.time())]
             out = subprocess.run(cmd, env=env, capture_output=True, text=True)
             if out.returncode:
