@@ -132,6 +132,14 @@ def test_make_rejects_unknown_and_mistyped_hyperparameters():
         ("ppo", {"gamma": 1.5}, "gamma and gae_lambda must be in"),
         ("dqn", {"tau": 0.0}, r"tau must be in \(0, 1\]"),
         ("dqn", {"batch_size": -1}, "batch_size must be positive"),
+        ("dqn", {"priority_alpha": 1.5}, r"priority_alpha must be in \[0, 1\]"),
+        ("sac", {"priority_beta": -0.1}, r"priority_beta must be in \[0, 1\]"),
+        ("c51", {"v_min": 5.0, "v_max": 1.0}, "v_min must be below v_max"),
+        ("c51", {"atoms": 1}, "atoms must be at least 2"),
+        ("qrdqn", {"n_quantiles": 0}, "n_quantiles must be positive"),
+        ("pqn", {"q_lambda": 1.5}, "gamma and q_lambda must be in"),
+        ("a2c", {"optimizer": "sgd"}, "optimizer must be one of"),
+        ("a2c", {"num_steps": 0}, "num_steps must be positive"),
     ],
 )
 def test_invalid_values_fail_at_construction(name, hparams, match):
@@ -149,6 +157,16 @@ def test_invalid_combinations_fail_before_compiling(getkey):
         )
     with pytest.raises(ValueError, match="DQN needs a discrete action space"):
         runners.validate(zoo.make("dqn"), envs.make("Pendulum-v1"), 4, 1000)
+    for name in ("c51", "qrdqn", "pqn"):
+        with pytest.raises(ValueError, match="needs a discrete action space"):
+            runners.validate(zoo.make(name), envs.make("Pendulum-v1"), 4, 1000)
+    with pytest.raises(ValueError, match=r"PQN: the rollout .* num_minibatches=3"):
+        runners.validate(
+            zoo.make("pqn", num_steps=16, num_minibatches=3),
+            envs.make("CartPole-v1"),
+            4,
+            1000,
+        )
     with pytest.raises(ValueError, match="total_steps must be a positive integer"):
         runners.validate(zoo.make("dqn"), envs.make("CartPole-v1"), 4, 0)
 

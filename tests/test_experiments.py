@@ -192,13 +192,14 @@ def test_override_one_hyperparameter():
 def test_untuned_pair_falls_back_with_a_warning(caplog):
     import zoo
 
-    config = _resolve(agent="ppo", env="Acrobot-v1")
+    config = _resolve(agent="ppo", env="MountainCarContinuous-v0")
     defaults = zoo.hyperparameters("ppo")
     assert config["hp"]["learning_rate"] == defaults["learning_rate"]
     assert config["total_steps"] == _config.FALLBACK_RUN["total_steps"]
     assert _config.validate(config) == [
-        "no tuned config for ppo on Acrobot-v1 (experiments/configs/ppo.yaml has "
-        f"{sorted(configs.blocks('ppo'))}); using the agent's default hyperparameters"
+        "no tuned config for ppo on MountainCarContinuous-v0 "
+        f"(experiments/configs/ppo.yaml has {sorted(configs.blocks('ppo'))}); "
+        "using the agent's default hyperparameters"
     ]
 
 

@@ -19,6 +19,10 @@ from experiments.configs import tuned
     [
         ("ppo", "CartPole-v1", 475.0),
         ("dqn", "CartPole-v1", 475.0),
+        ("c51", "CartPole-v1", 475.0),
+        ("qrdqn", "CartPole-v1", 475.0),
+        ("pqn", "CartPole-v1", 475.0),
+        ("a2c", "CartPole-v1", 475.0),
         ("ppo", "Pendulum-v1", -250.0),
         ("sac", "Pendulum-v1", -250.0),
         ("td3", "Pendulum-v1", -250.0),

@@ -8,7 +8,15 @@ import zoo
 
 
 @pytest.mark.parametrize(
-    ("agent_name", "env_name"), [("dqn", "CartPole-v1"), ("ppo", "Pendulum-v1")]
+    ("agent_name", "env_name"),
+    [
+        ("dqn", "CartPole-v1"),
+        ("ppo", "Pendulum-v1"),
+        ("c51", "CartPole-v1"),
+        ("qrdqn", "CartPole-v1"),
+        ("pqn", "CartPole-v1"),
+        ("a2c", "CartPole-v1"),
+    ],
 )
 def test_save_then_load_gives_the_same_agent_and_state(
     agent_name, env_name, tmp_path, getkey

@@ -252,3 +252,27 @@ def test_the_rewarded_action_is_learnt(name, getkey):
         q = net(jnp.zeros(1))
         q = q if name == "pqn" else agent.value(q)
         np.testing.assert_allclose(q, [0.0, 1.0], atol=0.1)
+
+
+def test_prioritised_replay_is_an_option_of_every_replay_agent():
+    for name in ("dqn", "c51", "qrdqn", "sac", "td3", "ddpg"):
+        agent = zoo.make(name, prioritized=True, priority_alpha=0.5)
+        assert isinstance(agent.memory, zoo.PrioritizedReplay)
+        assert agent.memory.alpha == 0.5
+        assert isinstance(zoo.make(name).memory, zoo.Replay)
+
+
+def test_training_writes_priorities_back(getkey):
+    agent = zoo.make(
+        "dqn", prioritized=True, learning_starts=256, buffer_size=1024,
+        hidden_sizes=(16,),
+    )  # fmt: skip
+    state, _ = runners.train(
+        agent, envs.make("CartPole-v1"), key=getkey(), total_steps=2048, num_envs=4
+    )
+    memory = state.memory
+    leaves = np.asarray(memory.tree.get(jnp.arange(1024)))
+    # Written TD errors differ from the initial priority of 1 and from each other.
+    assert float(memory.max_priority) > 1.0
+    assert len(np.unique(leaves)) > 100
+    assert float(memory.tree.total) == pytest.approx(leaves.sum(), rel=1e-4)
