@@ -1,7 +1,8 @@
 """Memory components: what an agent keeps of the transitions it collected.
 
 On- versus off-policy is this component, not a class hierarchy: `Rollout` keeps the
-latest rollout, `Replay` keeps a uniform replay buffer.
+latest rollout, `Replay` keeps a uniform replay buffer (and `PrioritizedReplay`,
+in `_prioritized.py`, a prioritised one).
 """
 
 import abc

@@ -1,10 +1,11 @@
-"""The update every off-policy agent shares: DQN, SAC, TD3, DDPG.
+"""The update every off-policy agent shares: DQN, C51, QR-DQN, SAC, TD3, DDPG.
 
 An off-policy agent says what one gradient step on a sampled minibatch is
 (`learn`) and which of its networks the target networks track (`online`); this
 module owns the rest: the replay memory, the learning-starts gate, the scan over
 `gradient_steps`, the target update (every `target_update_interval` gradient
-steps, a fraction `tau` of the way) and the env-step counter behind schedules.
+steps, a fraction `tau` of the way), prioritised replay's priorities and
+importance exponent, and the env-step counter behind schedules.
 """
 
 import abc
