@@ -79,6 +79,20 @@ def minibatch_epochs(
     return carry, jax.tree.map(jnp.mean, metrics)
 
 
+def check_minibatches(agent: eqx.Module, num_envs: int) -> None:
+    """A `ValueError` unless a rollout of `num_envs * agent.num_steps`
+    transitions splits into `agent.num_minibatches` equal minibatches."""
+    steps, minibatches = agent.num_steps, agent.num_minibatches  # pyright: ignore
+    batch = num_envs * steps
+    if batch % minibatches:
+        raise ValueError(
+            f"{type(agent).__name__}: the rollout of num_envs * num_steps = "
+            f"{num_envs} * {steps} = {batch} transitions does not split into "
+            f"num_minibatches={minibatches} equal minibatches; choose values "
+            "whose product is divisible by num_minibatches."
+        )
+
+
 def flatten_rollout(tree: PyTree) -> PyTree:
     """Merge the `[num_steps, num_envs]` axes of every leaf into one."""
     return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), tree)

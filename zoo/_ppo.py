@@ -15,6 +15,7 @@ from ._memory import RolloutState, Transition
 from ._on_policy import (
     AbstractActorCritic,
     ActorCriticState,
+    check_minibatches,
     explained_variance,
     flatten_rollout,
     gae as gae,
@@ -67,14 +68,7 @@ class PPO(AbstractActorCritic):
         check_positive(self, "num_epochs", "num_minibatches", "clip_eps")
 
     def check(self, obs_space: Space, action_space: Space, num_envs: int) -> None:
-        batch = num_envs * self.num_steps
-        if batch % self.num_minibatches:
-            raise ValueError(
-                f"PPO: the rollout of num_envs * num_steps = {num_envs} * "
-                f"{self.num_steps} = {batch} transitions does not split into "
-                f"num_minibatches={self.num_minibatches} equal minibatches; choose "
-                "values whose product is divisible by num_minibatches."
-            )
+        check_minibatches(self, num_envs)
 
     def make_optimizer(self, horizon: Int[Array, ""]) -> optax.GradientTransformation:
         return adam_optimizer(

@@ -22,8 +22,8 @@ from ._agent import (
 from ._memory import Rollout, RolloutState
 from ._networks import QNetwork
 from ._normalize import RunningStats
-from ._on_policy import flatten_rollout, minibatch_epochs
-from ._q_learning import epsilon_greedy, linear_epsilon
+from ._on_policy import check_minibatches, flatten_rollout, minibatch_epochs
+from ._q_learning import check_discrete, epsilon_greedy, linear_epsilon
 
 
 def lambda_returns(
@@ -121,20 +121,8 @@ class PQN(AbstractAgent[PQNState]):
         return Rollout(self.num_steps)
 
     def check(self, obs_space: Space, action_space: Space, num_envs: int) -> None:
-        if not isinstance(action_space, Discrete):
-            raise ValueError(
-                "PQN needs a discrete action space, but this env's is "
-                f"{type(action_space).__name__}{action_space.shape}; use SAC, "
-                "TD3, DDPG or PPO for continuous actions."
-            )
-        batch = num_envs * self.num_steps
-        if batch % self.num_minibatches:
-            raise ValueError(
-                f"PQN: the rollout of num_envs * num_steps = {num_envs} * "
-                f"{self.num_steps} = {batch} transitions does not split into "
-                f"num_minibatches={self.num_minibatches} equal minibatches; choose "
-                "values whose product is divisible by num_minibatches."
-            )
+        check_discrete(self, action_space)
+        check_minibatches(self, num_envs)
 
     def _optimizer(self, horizon: Int[Array, ""]) -> optax.GradientTransformation:
         return adam_optimizer(

@@ -61,6 +61,16 @@ def linear_epsilon(
     return jnp.asarray(schedule(env_steps))
 
 
+def check_discrete(agent: eqx.Module, action_space: Space) -> None:
+    """A `ValueError` naming `agent` unless `action_space` is discrete."""
+    if not isinstance(action_space, Discrete):
+        raise ValueError(
+            f"{type(agent).__name__} needs a discrete action space, but this env's "
+            f"is {type(action_space).__name__}{action_space.shape}; use SAC, "
+            "TD3, DDPG or PPO for continuous actions."
+        )
+
+
 class AbstractQAgent(AbstractOffPolicyAgent[QState]):
     """A Q-learning agent on a discrete action space (DQN, C51, QR-DQN)."""
 
@@ -108,13 +118,7 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
             )
 
     def check(self, obs_space: Space, action_space: Space, num_envs: int) -> None:
-        if not isinstance(action_space, Discrete):
-            name = type(self).__name__
-            raise ValueError(
-                f"{name} needs a discrete action space, but this env's is "
-                f"{type(action_space).__name__}{action_space.shape}; use SAC, "
-                "TD3, DDPG or PPO for continuous actions."
-            )
+        check_discrete(self, action_space)
         self.check_replay(num_envs)
 
     def _optimizer(self, horizon: Int[Array, ""]) -> optax.GradientTransformation:
