@@ -43,6 +43,7 @@ def validate(
     if not isinstance(total_steps, int) or total_steps <= 0:
         raise ValueError(f"total_steps must be a positive integer, got {total_steps!r}")
     agent.check(env.observation_space, env.action_space, num_envs)
+    agent.check_observations(env.observation_space)
 
 
 def _wrap(env: AbstractEnv) -> EpisodeStatistics:

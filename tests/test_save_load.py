@@ -110,3 +110,55 @@ def test_load_rejects_damaged_files(tmp_path, getkey):
     with pytest.raises(ValueError, match="no agent file"):
         zoo.load(tmp_path / "missing.eqx")
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_scale_obs_maps_bounds_onto_unit_box_and_stays_fixed(getkey):
+    import runners
+
+    env = envs.make("MountainCar-v0")  # position in [-1.2, 0.6], velocity +-0.07
+    agent = zoo.make("dqn", scale_obs=True, hidden_sizes=(8,), learning_starts=32)
+    state, _ = runners.train(agent, env, key=getkey(), total_steps=256, num_envs=2)
+    stats = state.agent_state.obs_stats
+    # Fixed by the bounds, not updated in training.
+    assert float(stats.count) == 0
+    np.testing.assert_allclose(stats.mean, [-0.3, 0.0], atol=1e-6)
+    np.testing.assert_allclose(jnp.sqrt(stats.var), [0.9, 0.07], rtol=1e-5)
+    corners = agent.preprocess(
+        state.agent_state, jnp.array([[-1.2, -0.07], [0.6, 0.07]])
+    )
+    np.testing.assert_allclose(corners, [[-1.0, -1.0], [1.0, 1.0]], atol=1e-5)
+    # Unbounded dimensions (Gymnasium marks them with the largest float32) pass
+    # through; CartPole's position and angle are scaled, its velocities are not.
+    cartpole = envs.make("CartPole-v1").observation_space
+    stats = zoo.scaled_stats(cartpole)
+    np.testing.assert_allclose(stats.var, [4.8**2, 1.0, 0.41887903**2, 1.0], rtol=1e-5)
+    np.testing.assert_array_equal(stats.mean, [0.0, 0.0, 0.0, 0.0])
+
+
+def test_scale_obs_rejects_what_it_cannot_scale():
+    with pytest.raises(ValueError, match="choose one"):
+        zoo.make("ppo", scale_obs=True, normalize_obs=True)
+    space = envs.Box(-np.inf, np.inf, (3,))
+    with pytest.raises(ValueError, match=r"every dimension .* is unbounded"):
+        zoo.make("sac", scale_obs=True).check_observations(space)
+    with pytest.raises(ValueError, match="needs a Box"):
+        zoo.make("dqn", scale_obs=True).check_observations(envs.Discrete(4))
+    # The runner checks before compiling anything.
+    import runners
+
+    class Unbounded(envs.AbstractWrapper):
+        env: envs.AbstractEnv
+
+        @property
+        def observation_space(self):
+            return space
+
+        def reset_env(self, key):
+            return self.env.reset(key)
+
+        def step_env(self, key, state, action):
+            return self.env.step(key, state, action)
+
+    env = Unbounded(envs.make("probe/ConstantReward"))
+    with pytest.raises(ValueError, match="use normalize_obs instead"):
+        runners.validate(zoo.make("ppo", scale_obs=True), env, 2, 64)

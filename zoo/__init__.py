@@ -1,7 +1,11 @@
 """Agents as Equinox modules: hyperparameters and architecture, state kept apart."""
 
 from ._a2c import A2C as A2C, A2CState as A2CState
-from ._agent import AbstractAgent as AbstractAgent, AbstractState as AbstractState
+from ._agent import (
+    AbstractAgent as AbstractAgent,
+    AbstractState as AbstractState,
+    scaled_stats as scaled_stats,
+)
 from ._c51 import C51 as C51, categorical_projection as categorical_projection
 from ._ddpg import DDPG as DDPG, DDPGState as DDPGState
 from ._dqn import DQN as DQN, DQNState as DQNState

@@ -41,7 +41,7 @@ class A2C(AbstractActorCritic):
     - `vf_coef`, `ent_coef`: loss weights.
     - `normalize_advantages`: normalise advantages over the rollout.
     - `reward_scale`, `log_std_init`, `hidden_sizes`, `activation`,
-      `normalize_obs`: as for PPO.
+      `normalize_obs`, `scale_obs`: as for PPO.
     """
 
     learning_rate: float = 7e-4
@@ -61,6 +61,7 @@ class A2C(AbstractActorCritic):
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     activation: str = eqx.field(static=True, default="tanh")
     normalize_obs: bool = eqx.field(static=True, default=False)
+    scale_obs: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         if self.optimizer not in OPTIMIZERS:

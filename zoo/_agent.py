@@ -5,10 +5,11 @@ from typing import Generic, TypeVar
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jaxtyping import Array, Int, PRNGKeyArray, PyTree, Shaped
 
-from envs import Space
+from envs import Box, Space
 
 from ._memory import AbstractMemory, Transition
 from ._normalize import RunningStats
@@ -39,11 +40,30 @@ class AbstractAgent(eqx.Module, Generic[S]):
     With `normalize_obs`, observations are normalised by running statistics kept
     in the state (`state.obs_stats`): `observe` updates them in training only, so
     evaluation and a loaded agent see observations as the agent last trained on.
+    With `scale_obs`, the same statistics are fixed from the observation space's
+    bounds instead (`scaled_stats`): each bounded dimension maps linearly onto
+    `[-1, 1]`, so a dimension with a tiny range (MountainCar's velocity, within
+    +-0.07) weighs as much as the others from the first update on.
     """
 
     memory: eqx.AbstractVar[AbstractMemory]
     num_steps: eqx.AbstractVar[int]
     normalize_obs: eqx.AbstractVar[bool]
+    scale_obs: eqx.AbstractVar[bool]
+
+    def __check_init__(self):
+        if self.normalize_obs and self.scale_obs:
+            raise ValueError(
+                f"{type(self).__name__}: normalize_obs and scale_obs both set; "
+                "choose one (running statistics, or the observation space's bounds)"
+            )
+
+    def check_observations(self, obs_space: Space) -> None:
+        """Raise `ValueError` if this agent cannot preprocess observations from
+        `obs_space` (`scale_obs` needs a `Box` with some bounded dimension).
+        Called with `check`, before anything is compiled."""
+        if self.scale_obs:
+            scaled_stats(obs_space, who=type(self).__name__)
 
     def check(self, obs_space: Space, action_space: Space, num_envs: int) -> None:
         """Raise `ValueError` if this agent cannot train on these spaces with
@@ -84,15 +104,24 @@ class AbstractAgent(eqx.Module, Generic[S]):
         """Update the observation statistics with a `[num_steps, num_envs]`
         trajectory just learnt from (training only; a no-op without
         `normalize_obs`)."""
-        if not self.normalize_obs:
+        if not self.normalize_obs:  # fixed statistics under `scale_obs`
             return state
         stats = state.obs_stats.update(trajectory.obs)
         return eqx.tree_at(lambda s: s.obs_stats, state, stats)
 
     def preprocess(self, state: S, obs: Shaped[Array, "..."]) -> Shaped[Array, "..."]:
         """The observation(s) the networks see: normalised with `state.obs_stats`
-        under `normalize_obs`, else unchanged. Any leading axes."""
-        return state.obs_stats.normalize(obs) if self.normalize_obs else obs
+        under `normalize_obs` or `scale_obs`, else unchanged. Any leading axes."""
+        if self.normalize_obs or self.scale_obs:
+            return state.obs_stats.normalize(obs)
+        return obs
+
+    def initial_obs_stats(self, obs_space: Space) -> RunningStats:
+        """The observation statistics a fresh state starts with: fixed from the
+        space's bounds under `scale_obs`, else empty (mean 0, variance 1)."""
+        if self.scale_obs:
+            return scaled_stats(obs_space, who=type(self).__name__)
+        return RunningStats.zeros(obs_space.shape)
 
 
 def adam_optimizer(
@@ -118,9 +147,43 @@ def adam_optimizer(
     return optax.chain(*chain)
 
 
-def obs_stats(obs_space: Space) -> RunningStats:
-    """Fresh observation statistics for `obs_space`."""
-    return RunningStats.zeros(obs_space.shape)
+# Gymnasium (and so gymnax) marks an unbounded dimension with the largest float32.
+_UNBOUNDED = float(np.finfo(np.float32).max)
+
+
+def scaled_stats(obs_space: Space, *, who: str = "scale_obs") -> RunningStats:
+    """Statistics that normalise each dimension of `obs_space` with finite bounds
+    `[low, high]` linearly onto `[-1, 1]` (mean the midpoint, standard deviation
+    half the width). Unbounded dimensions (infinite, or at the largest float32,
+    as Gymnasium marks them) are left unchanged.
+
+    **Raises:** `ValueError` if `obs_space` is not a `Box` or has no bounded
+    dimension (nothing to scale: use `normalize_obs` instead).
+    """
+    if not isinstance(obs_space, Box):
+        raise ValueError(
+            f"{who}: scale_obs needs a Box observation space, got {obs_space}; "
+            "use normalize_obs instead"
+        )
+    low, high = obs_space.low.astype(np.float64), obs_space.high.astype(np.float64)
+    bounded = (
+        np.isfinite(low)
+        & np.isfinite(high)
+        & (np.abs(low) < _UNBOUNDED)
+        & (np.abs(high) < _UNBOUNDED)
+        & (high > low)
+    )
+    if not bounded.any():
+        raise ValueError(
+            f"{who}: scale_obs needs an observation space with bounded "
+            f"dimensions, but every dimension of {obs_space} is unbounded; use "
+            "normalize_obs instead"
+        )
+    mean = np.where(bounded, (low + high) / 2, 0.0)
+    var = np.where(bounded, ((high - low) / 2) ** 2, 1.0)
+    return RunningStats(
+        jnp.asarray(mean, jnp.float32), jnp.asarray(var, jnp.float32), jnp.array(0.0)
+    )
 
 
 def check_positive(agent: eqx.Module, *names: str) -> None:

@@ -81,6 +81,7 @@ class C51(AbstractQAgent):
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     activation: str = eqx.field(static=True, default="relu")
     normalize_obs: bool = eqx.field(static=True, default=False)
+    scale_obs: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         if self.atoms < 2:

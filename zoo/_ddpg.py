@@ -32,7 +32,8 @@ class DDPG(AbstractDeterministicAgent):
       the priority exponent, `priority_beta` the importance-weight exponent at
       the start (annealed linearly to 1).
     - `hidden_sizes`, `activation`: actor and critic torsos.
-    - `normalize_obs`: normalise observations by running statistics.
+    - `normalize_obs`: normalise observations by running statistics;
+      `scale_obs`: instead map bounded observation dimensions onto [-1, 1].
     """
 
     learning_rate: float = 1e-3
@@ -54,6 +55,7 @@ class DDPG(AbstractDeterministicAgent):
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(256, 256))
     activation: str = eqx.field(static=True, default="relu")
     normalize_obs: bool = eqx.field(static=True, default=False)
+    scale_obs: bool = eqx.field(static=True, default=False)
 
     @property
     def n_critics(self) -> int:

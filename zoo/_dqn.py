@@ -39,7 +39,8 @@ class DQN(AbstractQAgent):
       the priority exponent, `priority_beta` the importance-weight exponent at
       the start (annealed linearly to 1).
     - `hidden_sizes`, `activation`: the MLP torso.
-    - `normalize_obs`: normalise observations by running statistics.
+    - `normalize_obs`: normalise observations by running statistics;
+      `scale_obs`: instead map bounded observation dimensions onto [-1, 1].
     """
 
     learning_rate: float = 1e-3
@@ -66,6 +67,7 @@ class DQN(AbstractQAgent):
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     activation: str = eqx.field(static=True, default="relu")
     normalize_obs: bool = eqx.field(static=True, default=False)
+    scale_obs: bool = eqx.field(static=True, default=False)
 
     @property
     def num_atoms(self) -> None:

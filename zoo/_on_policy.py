@@ -19,7 +19,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 from envs import Box, Discrete, Space
 
 from . import _distributions as dist
-from ._agent import AbstractAgent, AbstractState, Extras, obs_stats
+from ._agent import AbstractAgent, AbstractState, Extras
 from ._memory import Rollout, RolloutState, Transition
 from ._networks import Critic, DiscreteActor, GaussianActor
 from ._normalize import RunningStats
@@ -182,7 +182,7 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
             opt_state=opt_state,
             step=jnp.array(0, jnp.int32),
             horizon=horizon,
-            obs_stats=obs_stats(obs_space),
+            obs_stats=self.initial_obs_stats(obs_space),
             action_space=action_space,
         )
 

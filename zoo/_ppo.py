@@ -43,7 +43,8 @@ class PPO(AbstractActorCritic):
       unscaled).
     - `log_std_init`: initial log standard deviation of a Gaussian policy.
     - `hidden_sizes`, `activation`: actor and critic MLP torsos.
-    - `normalize_obs`: normalise observations by running statistics.
+    - `normalize_obs`: normalise observations by running statistics;
+      `scale_obs`: instead map bounded observation dimensions onto [-1, 1].
     """
 
     learning_rate: float = 2.5e-4
@@ -63,6 +64,7 @@ class PPO(AbstractActorCritic):
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     activation: str = eqx.field(static=True, default="tanh")
     normalize_obs: bool = eqx.field(static=True, default=False)
+    scale_obs: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         check_positive(self, "num_epochs", "num_minibatches", "clip_eps")

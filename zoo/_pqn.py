@@ -17,7 +17,6 @@ from ._agent import (
     Metrics,
     adam_optimizer,
     check_positive,
-    obs_stats,
 )
 from ._memory import Rollout, RolloutState
 from ._networks import QNetwork
@@ -87,7 +86,8 @@ class PQN(AbstractAgent[PQNState]):
       linear epsilon schedule over env steps (all envs together).
     - `reward_scale`: multiplies rewards before learning.
     - `hidden_sizes`, `activation`, `layer_norm`: the Q network's torso.
-    - `normalize_obs`: normalise observations by running statistics.
+    - `normalize_obs`: normalise observations by running statistics;
+      `scale_obs`: instead map bounded observation dimensions onto [-1, 1].
     """
 
     learning_rate: float = 1e-3
@@ -106,6 +106,7 @@ class PQN(AbstractAgent[PQNState]):
     activation: str = eqx.field(static=True, default="relu")
     layer_norm: bool = eqx.field(static=True, default=True)
     normalize_obs: bool = eqx.field(static=True, default=False)
+    scale_obs: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         check_positive(self, "num_steps", "num_epochs", "num_minibatches")
@@ -170,7 +171,7 @@ class PQN(AbstractAgent[PQNState]):
             step=zero,
             env_steps=zero,
             horizon=horizon,
-            obs_stats=obs_stats(obs_space),
+            obs_stats=self.initial_obs_stats(obs_space),
         )
 
     def act(

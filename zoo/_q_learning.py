@@ -19,7 +19,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 
 from envs import Discrete, Space
 
-from ._agent import Extras, Metrics, adam_optimizer, obs_stats
+from ._agent import Extras, Metrics, adam_optimizer
 from ._memory import Sample
 from ._networks import QNetwork
 from ._normalize import RunningStats
@@ -168,7 +168,7 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
             step=zero,
             env_steps=zero,
             horizon=horizon,
-            obs_stats=obs_stats(obs_space),
+            obs_stats=self.initial_obs_stats(obs_space),
         )
 
     def act(

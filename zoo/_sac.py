@@ -12,7 +12,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 from envs import Box, Space
 
 from . import _distributions as dist
-from ._agent import Extras, Metrics, adam_optimizer, check_positive, obs_stats
+from ._agent import Extras, Metrics, adam_optimizer, check_positive
 from ._memory import Sample
 from ._networks import QCritic, SquashedGaussianActor, ensemble_q, q_ensemble
 from ._normalize import RunningStats
@@ -66,7 +66,8 @@ class SAC(AbstractOffPolicyAgent[SACState]):
       the priority exponent, `priority_beta` the importance-weight exponent at
       the start (annealed linearly to 1).
     - `hidden_sizes`, `activation`: actor and critic torsos.
-    - `normalize_obs`: normalise observations by running statistics.
+    - `normalize_obs`: normalise observations by running statistics;
+      `scale_obs`: instead map bounded observation dimensions onto [-1, 1].
     """
 
     learning_rate: float = 3e-4
@@ -92,6 +93,7 @@ class SAC(AbstractOffPolicyAgent[SACState]):
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(256, 256))
     activation: str = eqx.field(static=True, default="relu")
     normalize_obs: bool = eqx.field(static=True, default=False)
+    scale_obs: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         check_positive(self, "n_critics", "alpha_init")
@@ -146,7 +148,7 @@ class SAC(AbstractOffPolicyAgent[SACState]):
             step=zero,
             env_steps=zero,
             horizon=self.gradient_horizon(num_envs, total_steps),
-            obs_stats=obs_stats(obs_space),
+            obs_stats=self.initial_obs_stats(obs_space),
             action_space=space,
         )
 

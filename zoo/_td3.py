@@ -14,7 +14,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 
 from envs import Box, Space
 
-from ._agent import Extras, Metrics, adam_optimizer, check_positive, obs_stats
+from ._agent import Extras, Metrics, adam_optimizer, check_positive
 from ._memory import Sample
 from ._networks import DeterministicActor, QCritic, ensemble_q, q_ensemble
 from ._normalize import RunningStats
@@ -120,7 +120,7 @@ class AbstractDeterministicAgent(AbstractOffPolicyAgent[TD3State]):
             step=zero,
             env_steps=zero,
             horizon=self.gradient_horizon(num_envs, total_steps),
-            obs_stats=obs_stats(obs_space),
+            obs_stats=self.initial_obs_stats(obs_space),
             noise_key=k_noise,
             action_space=space,
         )
@@ -249,7 +249,8 @@ class TD3(AbstractDeterministicAgent):
       the priority exponent, `priority_beta` the importance-weight exponent at
       the start (annealed linearly to 1).
     - `hidden_sizes`, `activation`: actor and critic torsos.
-    - `normalize_obs`: normalise observations by running statistics.
+    - `normalize_obs`: normalise observations by running statistics;
+      `scale_obs`: instead map bounded observation dimensions onto [-1, 1].
     """
 
     learning_rate: float = 1e-3
@@ -274,6 +275,7 @@ class TD3(AbstractDeterministicAgent):
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(256, 256))
     activation: str = eqx.field(static=True, default="relu")
     normalize_obs: bool = eqx.field(static=True, default=False)
+    scale_obs: bool = eqx.field(static=True, default=False)
 
     @property
     def target_update_interval(self) -> int:
