@@ -1,3 +1,4 @@
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -133,6 +134,14 @@ def test_scale_obs_maps_bounds_onto_unit_box_and_stays_fixed(getkey):
     stats = zoo.scaled_stats(cartpole)
     np.testing.assert_allclose(stats.var, [4.8**2, 1.0, 0.41887903**2, 1.0], rtol=1e-5)
     np.testing.assert_array_equal(stats.mean, [0.0, 0.0, 0.0, 0.0])
+    cartpole_agent = zoo.make("ppo", scale_obs=True)
+    cartpole_state = eqx.tree_at(lambda s: s.obs_stats, state.agent_state, stats)
+    obs = jnp.array([2.4, 50.0, -0.2, -30.0])
+    np.testing.assert_allclose(
+        cartpole_agent.preprocess(cartpole_state, obs),
+        [0.5, 50.0, -0.2 / 0.41887903, -30.0],
+        rtol=1e-5,
+    )
 
 
 def test_scale_obs_rejects_what_it_cannot_scale():

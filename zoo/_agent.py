@@ -111,9 +111,13 @@ class AbstractAgent(eqx.Module, Generic[S]):
 
     def preprocess(self, state: S, obs: Shaped[Array, "..."]) -> Shaped[Array, "..."]:
         """The observation(s) the networks see: normalised with `state.obs_stats`
-        under `normalize_obs` or `scale_obs`, else unchanged. Any leading axes."""
-        if self.normalize_obs or self.scale_obs:
+        under `normalize_obs` (clipped to +-10) or `scale_obs` (not clipped: bounded
+        dimensions land in `[-1, 1]`, unbounded ones pass unchanged), else
+        unchanged. Any leading axes."""
+        if self.normalize_obs:
             return state.obs_stats.normalize(obs)
+        if self.scale_obs:
+            return state.obs_stats.normalize(obs, clip=np.inf)
         return obs
 
     def initial_obs_stats(self, obs_space: Space) -> RunningStats:
@@ -151,7 +155,7 @@ def adam_optimizer(
 _UNBOUNDED = float(np.finfo(np.float32).max)
 
 
-def scaled_stats(obs_space: Space, *, who: str = "scale_obs") -> RunningStats:
+def scaled_stats(obs_space: Space, *, who: str = "scaled_stats") -> RunningStats:
     """Statistics that normalise each dimension of `obs_space` with finite bounds
     `[low, high]` linearly onto `[-1, 1]` (mean the midpoint, standard deviation
     half the width). Unbounded dimensions (infinite, or at the largest float32,
