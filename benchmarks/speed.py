@@ -15,6 +15,7 @@ Prints one JSON object per line.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -47,7 +48,12 @@ def parse_hp(items: list[str]) -> dict:
         name, sep, value = item.partition("=")
         if not sep:
             raise SystemExit(f"--hp takes name=value, got {item!r}")
-        out[name] = yaml.safe_load(value)
+        parsed = yaml.safe_load(value)
+        if isinstance(parsed, str):
+            # YAML 1.1 reads `1e-3` (no dot) as a string; a number was meant.
+            with contextlib.suppress(ValueError):
+                parsed = float(parsed)
+        out[name] = parsed
     return out
 
 
