@@ -64,6 +64,18 @@ class Box(eqx.Module):
     def dtype(self):
         return jnp.float32
 
+    def __repr__(self) -> str:
+        def bound(values: tuple[float, ...]) -> str:
+            if len(set(values)) == 1:  # one value for every dimension
+                return repr(values[0])
+            return np.array2string(
+                np.asarray(values).reshape(self.shape), threshold=8, precision=4
+            )
+
+        return (
+            f"Box(low={bound(self._low)}, high={bound(self._high)}, shape={self.shape})"
+        )
+
     @property
     def bounded(self) -> bool:
         return bool(np.all(np.isfinite(self.low)) and np.all(np.isfinite(self.high)))

@@ -20,7 +20,7 @@ from ._memory import (
     Transition as Transition,
 )
 from ._networks import (
-    MLP as MLP,
+    TORSOS as TORSOS,
     Critic as Critic,
     DeterministicActor as DeterministicActor,
     DiscreteActor as DiscreteActor,
@@ -28,6 +28,8 @@ from ._networks import (
     QCritic as QCritic,
     QNetwork as QNetwork,
     SquashedGaussianActor as SquashedGaussianActor,
+    Torso as Torso,
+    torso_kind as torso_kind,
 )
 from ._normalize import RunningStats as RunningStats
 from ._off_policy import (

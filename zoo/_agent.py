@@ -12,6 +12,7 @@ from jaxtyping import Array, Int, PRNGKeyArray, PyTree, Shaped
 from envs import Box, Space
 
 from ._memory import AbstractMemory, Transition
+from ._networks import TORSOS, torso_kind
 from ._normalize import RunningStats
 
 Extras = dict[str, Array]
@@ -50,6 +51,7 @@ class AbstractAgent(eqx.Module, Generic[S]):
     num_steps: eqx.AbstractVar[int]
     normalize_obs: eqx.AbstractVar[bool]
     scale_obs: eqx.AbstractVar[bool]
+    torso: eqx.AbstractVar[str]
 
     def __check_init__(self):
         if self.normalize_obs and self.scale_obs:
@@ -57,11 +59,19 @@ class AbstractAgent(eqx.Module, Generic[S]):
                 f"{type(self).__name__}: normalize_obs and scale_obs both set; "
                 "choose one (running statistics, or the observation space's bounds)"
             )
+        if self.torso not in TORSOS:
+            raise ValueError(
+                f"{type(self).__name__}: unknown torso {self.torso!r}; valid ones: "
+                f"{TORSOS} ('auto' picks 'cnn' for [height, width, channels] "
+                "observations, 'mlp' otherwise)"
+            )
 
     def check_observations(self, obs_space: Space) -> None:
-        """Raise `ValueError` if this agent cannot preprocess observations from
-        `obs_space` (`scale_obs` needs a `Box` with some bounded dimension).
-        Called with `check`, before anything is compiled."""
+        """Raise `ValueError` if this agent cannot take observations from
+        `obs_space`: `scale_obs` needs a `Box` with some bounded dimension,
+        `torso="cnn"` image observations. Called with `check`, before anything
+        is compiled."""
+        torso_kind(self.torso, obs_space.shape, who=type(self).__name__)
         if self.scale_obs:
             scaled_stats(obs_space, who=type(self).__name__)
 

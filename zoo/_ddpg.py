@@ -54,6 +54,7 @@ class DDPG(AbstractDeterministicAgent):
     noise_sample_freq: int = eqx.field(static=True, default=0)
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(256, 256))
     activation: str = eqx.field(static=True, default="relu")
+    torso: str = eqx.field(static=True, default="auto")
     normalize_obs: bool = eqx.field(static=True, default=False)
     scale_obs: bool = eqx.field(static=True, default=False)
 

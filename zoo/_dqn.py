@@ -66,6 +66,7 @@ class DQN(AbstractQAgent):
     max_grad_norm: float = 10.0
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     activation: str = eqx.field(static=True, default="relu")
+    torso: str = eqx.field(static=True, default="auto")
     normalize_obs: bool = eqx.field(static=True, default=False)
     scale_obs: bool = eqx.field(static=True, default=False)
 

@@ -1,4 +1,5 @@
-"""Networks as Equinox modules: an MLP torso, Q heads, actor and critic.
+"""Networks as Equinox modules: a dense or convolutional torso, Q heads, actor
+and critic.
 
 Every network takes one observation (callers vmap) and checks its shape against
 the observation space it was built for, at trace time, so that a wrong-shaped
@@ -64,22 +65,70 @@ def uniform_fan_in(module: T, *, key: PRNGKeyArray) -> T:
     return eqx.tree_at(where, module, values)
 
 
+TORSOS = ("auto", "mlp", "cnn")
+
+
+def torso_kind(torso: str, obs_shape: tuple[int, ...], *, who: str = "agent") -> str:
+    """`"mlp"` or `"cnn"`: the torso `torso` names for observations of
+    `obs_shape`. `"auto"` picks the CNN for image observations (three axes,
+    `[height, width, channels]` as gymnax's MinAtar gives them) and the MLP
+    otherwise; a `ValueError` names what is wrong with any other choice."""
+    if torso not in TORSOS:
+        raise ValueError(f"{who}: unknown torso {torso!r}; valid ones: {TORSOS}")
+    if torso == "auto":
+        return "cnn" if len(obs_shape) == 3 else "mlp"
+    if torso == "cnn" and len(obs_shape) != 3:
+        raise ValueError(
+            f"{who}: torso='cnn' needs image observations of shape [height, width, "
+            f"channels], but this env's observations have shape {obs_shape}; use "
+            "torso='mlp' (or 'auto')"
+        )
+    return torso
+
+
+def _conv(
+    in_channels: int, out_channels: int, scale: float, *, key: PRNGKeyArray
+) -> eqx.nn.Conv2d:
+    """A 3x3 convolution without padding, orthogonal weights (gain `scale`, over
+    the flattened `[in_channels, 3, 3]` inputs of each filter), zero bias."""
+    conv = eqx.nn.Conv2d(in_channels, out_channels, kernel_size=3, key=key)
+    shape = conv.weight.shape
+    flat = jax.nn.initializers.orthogonal(scale)(
+        key, (out_channels, int(np.prod(shape[1:])))
+    )
+    bias = jnp.zeros_like(conv.bias)  # pyright: ignore[reportArgumentType]
+    return eqx.tree_at(lambda m: (m.weight, m.bias), conv, (flat.reshape(shape), bias))
+
+
 @final
-class MLP(eqx.Module):
-    """Flattens one observation and applies hidden layers with an activation.
+class Torso(eqx.Module):
+    """The features of one observation: an optional convolution, then hidden
+    dense layers with an activation.
+
+    `kind="mlp"` flattens the observation into the dense layers. `kind="cnn"`
+    (the MinAtar paper's torso) first applies one 3x3 convolution with
+    `conv_channels` filters and no padding to a `[height, width, channels]`
+    observation, with the activation, and flattens its output into the dense
+    layers (MinAtar's is one dense layer of 128). `"auto"` picks by the
+    observation's shape (`torso_kind`). With `extra_inputs`, a second input of
+    that size (a continuous action, for `QCritic`) joins the flattened features
+    before the dense layers.
 
     Layers are initialised orthogonally (gain sqrt 2, as PPO and DQN
     implementations do), or with Equinox's default uniform fan-in initialisation
     when `orthogonal=False` (as SAC, TD3 and DDPG implementations do; it also
     compiles faster, having no QR decomposition). With `layer_norm`, each hidden
-    layer is normalised before its activation (as PQN does, in place of a target
-    network).
+    layer (the convolution's output too) is normalised before its activation
+    (as PQN does, in place of a target network).
     """
 
+    conv: eqx.nn.Conv2d | None
+    conv_norm: eqx.nn.LayerNorm | None
     layers: tuple[eqx.nn.Linear, ...]
     norms: tuple[eqx.nn.LayerNorm, ...] | None
     activation: str = eqx.field(static=True)
     obs_shape: tuple[int, ...] = eqx.field(static=True)
+    extra_inputs: int = eqx.field(static=True)
 
     def __init__(
         self,
@@ -87,6 +136,9 @@ class MLP(eqx.Module):
         hidden_sizes: Sequence[int],
         activation: str,
         *,
+        kind: str = "auto",
+        conv_channels: int = 16,
+        extra_inputs: int = 0,
         orthogonal: bool = True,
         layer_norm: bool = False,
         key: PRNGKeyArray,
@@ -95,7 +147,28 @@ class MLP(eqx.Module):
             raise ValueError(
                 f"unknown activation {activation!r}; valid ones: {sorted(ACTIVATIONS)}"
             )
-        sizes = [int(np.prod(obs_shape)), *hidden_sizes]
+        obs_shape = tuple(obs_shape)
+        if torso_kind(kind, obs_shape, who="Torso") == "cnn":
+            # Split only here: MLP torsos draw from `key` exactly as before.
+            k_conv, key = jr.split(key)
+            height, width, channels = obs_shape
+            if height < 3 or width < 3:
+                raise ValueError(
+                    f"Torso: a 3x3 convolution needs images of at least 3x3, got "
+                    f"{obs_shape}; use kind='mlp'"
+                )
+            self.conv = (
+                _conv(channels, conv_channels, np.sqrt(2), key=k_conv)
+                if orthogonal
+                else eqx.nn.Conv2d(channels, conv_channels, 3, key=k_conv)
+            )
+            conv_shape = (conv_channels, height - 2, width - 2)
+            self.conv_norm = eqx.nn.LayerNorm(conv_shape) if layer_norm else None
+            features = int(np.prod(conv_shape))
+        else:
+            self.conv, self.conv_norm = None, None
+            features = int(np.prod(obs_shape))
+        sizes = [features + extra_inputs, *hidden_sizes]
         keys = jr.split(key, max(len(sizes) - 1, 1))
         self.layers = tuple(
             _linear(i, o, np.sqrt(2), key=k)
@@ -107,25 +180,44 @@ class MLP(eqx.Module):
             tuple(eqx.nn.LayerNorm(o) for o in hidden_sizes) if layer_norm else None
         )
         self.activation = activation
-        self.obs_shape = tuple(obs_shape)
+        self.obs_shape = obs_shape
+        self.extra_inputs = extra_inputs
+
+    @property
+    def kind(self) -> str:
+        return "mlp" if self.conv is None else "cnn"
 
     @property
     def out_size(self) -> int:
-        return (
-            int(self.layers[-1].weight.shape[0])
-            if self.layers
-            else int(np.prod(self.obs_shape))
-        )
+        if self.layers:
+            return int(self.layers[-1].weight.shape[0])
+        if self.conv is None:
+            return int(np.prod(self.obs_shape)) + self.extra_inputs
+        height, width, _ = self.obs_shape
+        channels = int(self.conv.weight.shape[0])
+        return channels * (height - 2) * (width - 2) + self.extra_inputs
 
-    def __call__(self, obs: Shaped[Array, "..."]) -> Float[Array, " features"]:
+    def __call__(
+        self,
+        obs: Shaped[Array, "..."],
+        extra: Float[Array, " extra"] | None = None,
+    ) -> Float[Array, " features"]:
         if obs.shape != self.obs_shape:
             raise ValueError(
                 f"observation has shape {obs.shape}, but this network was built for "
                 f"the env's observation shape {self.obs_shape}. Networks take one "
                 "observation: vmap over a batch (e.g. `jax.vmap(agent.act, ...)`)."
             )
-        x = jnp.ravel(obs).astype(jnp.float32)
         fn = ACTIVATIONS[self.activation]
+        x = obs.astype(jnp.float32)
+        if self.conv is not None:
+            x = self.conv(jnp.transpose(x, (2, 0, 1)))  # channels first
+            if self.conv_norm is not None:
+                x = self.conv_norm(x)
+            x = fn(x)
+        x = jnp.ravel(x)
+        if extra is not None:
+            x = jnp.concatenate([x, extra])
         for i, layer in enumerate(self.layers):
             x = layer(x)
             if self.norms is not None:
@@ -143,7 +235,7 @@ class QNetwork(eqx.Module):
     (QR-DQN); the dueling combination then applies atom by atom.
     """
 
-    torso: MLP
+    torso: Torso
     head: eqx.nn.Linear
     value_head: eqx.nn.Linear | None
     num_actions: int = eqx.field(static=True)
@@ -159,12 +251,18 @@ class QNetwork(eqx.Module):
         *,
         num_atoms: int | None = None,
         layer_norm: bool = False,
+        torso: str = "auto",
         key: PRNGKeyArray,
     ):
         k1, k2, k3 = jr.split(key, 3)
         atoms = num_atoms or 1
-        self.torso = MLP(
-            obs_shape, hidden_sizes, activation, layer_norm=layer_norm, key=k1
+        self.torso = Torso(
+            obs_shape,
+            hidden_sizes,
+            activation,
+            kind=torso,
+            layer_norm=layer_norm,
+            key=k1,
         )
         self.head = _linear(self.torso.out_size, num_actions * atoms, 1.0, key=k2)
         self.value_head = (
@@ -187,7 +285,7 @@ class QNetwork(eqx.Module):
 class Critic(eqx.Module):
     """State value `V(obs)`."""
 
-    torso: MLP
+    torso: Torso
     head: eqx.nn.Linear
 
     def __init__(
@@ -196,10 +294,11 @@ class Critic(eqx.Module):
         hidden_sizes: Sequence[int],
         activation: str = "tanh",
         *,
+        torso: str = "auto",
         key: PRNGKeyArray,
     ):
         k1, k2 = jr.split(key)
-        self.torso = MLP(obs_shape, hidden_sizes, activation, key=k1)
+        self.torso = Torso(obs_shape, hidden_sizes, activation, kind=torso, key=k1)
         self.head = _linear(self.torso.out_size, 1, 1.0, key=k2)
 
     def __call__(self, obs: Shaped[Array, "..."]) -> Float[Array, ""]:
@@ -210,7 +309,7 @@ class Critic(eqx.Module):
 class DiscreteActor(eqx.Module):
     """Logits of a categorical policy."""
 
-    torso: MLP
+    torso: Torso
     head: eqx.nn.Linear
 
     def __init__(
@@ -220,10 +319,11 @@ class DiscreteActor(eqx.Module):
         hidden_sizes: Sequence[int],
         activation: str = "tanh",
         *,
+        torso: str = "auto",
         key: PRNGKeyArray,
     ):
         k1, k2 = jr.split(key)
-        self.torso = MLP(obs_shape, hidden_sizes, activation, key=k1)
+        self.torso = Torso(obs_shape, hidden_sizes, activation, kind=torso, key=k1)
         # A small final gain keeps the initial policy close to uniform.
         self.head = _linear(self.torso.out_size, num_actions, 0.01, key=k2)
 
@@ -236,7 +336,7 @@ class GaussianActor(eqx.Module):
     """Mean and log standard deviation of a diagonal Gaussian policy; the log
     standard deviation is a state-independent parameter."""
 
-    torso: MLP
+    torso: Torso
     head: eqx.nn.Linear
     log_std: Float[Array, " action_dim"]
 
@@ -248,10 +348,11 @@ class GaussianActor(eqx.Module):
         activation: str = "tanh",
         log_std_init: float = 0.0,
         *,
+        torso: str = "auto",
         key: PRNGKeyArray,
     ):
         k1, k2 = jr.split(key)
-        self.torso = MLP(obs_shape, hidden_sizes, activation, key=k1)
+        self.torso = Torso(obs_shape, hidden_sizes, activation, kind=torso, key=k1)
         self.head = _linear(self.torso.out_size, action_dim, 0.01, key=k2)
         self.log_std = jnp.full((action_dim,), log_std_init, dtype=jnp.float32)
 
@@ -263,12 +364,12 @@ class GaussianActor(eqx.Module):
 
 @final
 class QCritic(eqx.Module):
-    """Action value `Q(obs, action)` of a continuous action: an MLP on the
-    flattened observation concatenated with the action."""
+    """Action value `Q(obs, action)` of a continuous action: the torso's
+    features of the observation (flattened, or after the convolution) joined by
+    the action, through the dense layers."""
 
-    torso: MLP
+    torso: Torso
     head: eqx.nn.Linear
-    obs_shape: tuple[int, ...] = eqx.field(static=True)
 
     def __init__(
         self,
@@ -277,25 +378,26 @@ class QCritic(eqx.Module):
         hidden_sizes: Sequence[int],
         activation: str = "relu",
         *,
+        torso: str = "auto",
         key: PRNGKeyArray,
     ):
         k1, k2, k3 = jr.split(key, 3)
-        inputs = int(np.prod(obs_shape)) + action_dim
-        torso = MLP((inputs,), hidden_sizes, activation, orthogonal=False, key=k1)
-        head = eqx.nn.Linear(torso.out_size, 1, key=k2)
-        self.torso, self.head = uniform_fan_in((torso, head), key=k3)
-        self.obs_shape = tuple(obs_shape)
+        body = Torso(
+            obs_shape,
+            hidden_sizes,
+            activation,
+            kind=torso,
+            extra_inputs=action_dim,
+            orthogonal=False,
+            key=k1,
+        )
+        head = eqx.nn.Linear(body.out_size, 1, key=k2)
+        self.torso, self.head = uniform_fan_in((body, head), key=k3)
 
     def __call__(
         self, obs: Shaped[Array, "..."], action: Float[Array, " action_dim"]
     ) -> Float[Array, ""]:
-        if obs.shape != self.obs_shape:
-            raise ValueError(
-                f"observation has shape {obs.shape}, but this network was built for "
-                f"the env's observation shape {self.obs_shape}"
-            )
-        x = jnp.concatenate([jnp.ravel(obs).astype(jnp.float32), action])
-        return self.head(self.torso(x))[0]
+        return self.head(self.torso(obs, action))[0]
 
 
 def q_ensemble(
@@ -305,12 +407,15 @@ def q_ensemble(
     hidden_sizes: Sequence[int],
     activation: str,
     *,
+    torso: str = "auto",
     key: PRNGKeyArray,
 ) -> QCritic:
     """`n` independent critics stacked along a leading axis of every parameter,
     evaluated together with `ensemble_q` (one batched pass, not `n`)."""
     return eqx.filter_vmap(
-        lambda k: QCritic(obs_shape, action_dim, hidden_sizes, activation, key=k)
+        lambda k: QCritic(
+            obs_shape, action_dim, hidden_sizes, activation, torso=torso, key=k
+        )
     )(jr.split(key, n))
 
 
@@ -325,7 +430,7 @@ def ensemble_q(
 class DeterministicActor(eqx.Module):
     """A deterministic policy with actions in `[-1, 1]` (tanh output)."""
 
-    torso: MLP
+    torso: Torso
     head: eqx.nn.Linear
 
     def __init__(
@@ -335,12 +440,15 @@ class DeterministicActor(eqx.Module):
         hidden_sizes: Sequence[int],
         activation: str = "relu",
         *,
+        torso: str = "auto",
         key: PRNGKeyArray,
     ):
         k1, k2, k3 = jr.split(key, 3)
-        torso = MLP(obs_shape, hidden_sizes, activation, orthogonal=False, key=k1)
-        head = eqx.nn.Linear(torso.out_size, action_dim, key=k2)
-        self.torso, self.head = uniform_fan_in((torso, head), key=k3)
+        body = Torso(
+            obs_shape, hidden_sizes, activation, kind=torso, orthogonal=False, key=k1
+        )
+        head = eqx.nn.Linear(body.out_size, action_dim, key=k2)
+        self.torso, self.head = uniform_fan_in((body, head), key=k3)
 
     def __call__(self, obs: Shaped[Array, "..."]) -> Float[Array, " action_dim"]:
         return jnp.tanh(self.head(self.torso(obs)))
@@ -352,7 +460,7 @@ class SquashedGaussianActor(eqx.Module):
     into `[-1, 1]` by tanh; the log standard deviation depends on the state and is
     kept within `log_std_bounds` (smoothly, by a rescaled tanh)."""
 
-    torso: MLP
+    torso: Torso
     head: eqx.nn.Linear
     log_std_bounds: tuple[float, float] = eqx.field(static=True)
 
@@ -364,12 +472,15 @@ class SquashedGaussianActor(eqx.Module):
         activation: str = "relu",
         log_std_bounds: tuple[float, float] = (-5.0, 2.0),
         *,
+        torso: str = "auto",
         key: PRNGKeyArray,
     ):
         k1, k2, k3 = jr.split(key, 3)
-        torso = MLP(obs_shape, hidden_sizes, activation, orthogonal=False, key=k1)
-        head = eqx.nn.Linear(torso.out_size, 2 * action_dim, key=k2)
-        self.torso, self.head = uniform_fan_in((torso, head), key=k3)
+        body = Torso(
+            obs_shape, hidden_sizes, activation, kind=torso, orthogonal=False, key=k1
+        )
+        head = eqx.nn.Linear(body.out_size, 2 * action_dim, key=k2)
+        self.torso, self.head = uniform_fan_in((body, head), key=k3)
         self.log_std_bounds = log_std_bounds
 
     def __call__(

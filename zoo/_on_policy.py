@@ -159,7 +159,12 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
         shape = obs_space.shape
         if isinstance(action_space, Discrete):
             actor = DiscreteActor(
-                shape, action_space.n, self.hidden_sizes, self.activation, key=k_actor
+                shape,
+                action_space.n,
+                self.hidden_sizes,
+                self.activation,
+                torso=self.torso,
+                key=k_actor,
             )
         else:
             actor = GaussianActor(
@@ -168,9 +173,12 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
                 self.hidden_sizes,
                 self.activation,
                 self.log_std_init,
+                torso=self.torso,
                 key=k_actor,
             )
-        critic = Critic(shape, self.hidden_sizes, self.activation, key=k_critic)
+        critic = Critic(
+            shape, self.hidden_sizes, self.activation, torso=self.torso, key=k_critic
+        )
         updates = max(total_steps // (num_envs * self.num_steps), 1)
         horizon = jnp.array(updates * self.steps_per_rollout())
         opt_state = self.make_optimizer(horizon).init(

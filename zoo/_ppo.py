@@ -63,6 +63,7 @@ class PPO(AbstractActorCritic):
     log_std_init: float = 0.0
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     activation: str = eqx.field(static=True, default="tanh")
+    torso: str = eqx.field(static=True, default="auto")
     normalize_obs: bool = eqx.field(static=True, default=False)
     scale_obs: bool = eqx.field(static=True, default=False)
 

@@ -104,6 +104,7 @@ class PQN(AbstractAgent[PQNState]):
     reward_scale: float = 1.0
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     activation: str = eqx.field(static=True, default="relu")
+    torso: str = eqx.field(static=True, default="auto")
     layer_norm: bool = eqx.field(static=True, default=True)
     normalize_obs: bool = eqx.field(static=True, default=False)
     scale_obs: bool = eqx.field(static=True, default=False)
@@ -157,6 +158,7 @@ class PQN(AbstractAgent[PQNState]):
             self.hidden_sizes,
             self.activation,
             layer_norm=self.layer_norm,
+            torso=self.torso,
             key=key,
         )
         updates = max(total_steps // (num_envs * self.num_steps), 1)

@@ -154,6 +154,7 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
             self.activation,
             self.dueling,
             num_atoms=self.num_atoms,
+            torso=self.torso,
             key=key,
         )
         horizon = self.gradient_horizon(num_envs, total_steps)

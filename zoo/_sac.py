@@ -92,6 +92,7 @@ class SAC(AbstractOffPolicyAgent[SACState]):
     log_std_bounds: tuple[float, float] = eqx.field(static=True, default=(-5.0, 2.0))
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(256, 256))
     activation: str = eqx.field(static=True, default="relu")
+    torso: str = eqx.field(static=True, default="auto")
     normalize_obs: bool = eqx.field(static=True, default=False)
     scale_obs: bool = eqx.field(static=True, default=False)
 
@@ -127,10 +128,17 @@ class SAC(AbstractOffPolicyAgent[SACState]):
             self.hidden_sizes,
             self.activation,
             self.log_std_bounds,
+            torso=self.torso,
             key=k_actor,
         )
         critics = q_ensemble(
-            self.n_critics, shape, dim, self.hidden_sizes, self.activation, key=k_critic
+            self.n_critics,
+            shape,
+            dim,
+            self.hidden_sizes,
+            self.activation,
+            torso=self.torso,
+            key=k_critic,
         )
         log_alpha = jnp.log(jnp.asarray(self.alpha_init, jnp.float32))
         actor_opt = self._optimizer().init(eqx.filter(actor, eqx.is_inexact_array))

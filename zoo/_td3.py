@@ -103,10 +103,21 @@ class AbstractDeterministicAgent(AbstractOffPolicyAgent[TD3State]):
         k_actor, k_critic, k_noise = jr.split(key, 3)
         dim, shape = space.shape[0], obs_space.shape
         actor = DeterministicActor(
-            shape, dim, self.hidden_sizes, self.activation, key=k_actor
+            shape,
+            dim,
+            self.hidden_sizes,
+            self.activation,
+            torso=self.torso,
+            key=k_actor,
         )
         critics = q_ensemble(
-            self.n_critics, shape, dim, self.hidden_sizes, self.activation, key=k_critic
+            self.n_critics,
+            shape,
+            dim,
+            self.hidden_sizes,
+            self.activation,
+            torso=self.torso,
+            key=k_critic,
         )
         actor_opt = self._optimizer().init(eqx.filter(actor, eqx.is_inexact_array))
         critic_opt = self._optimizer().init(eqx.filter(critics, eqx.is_inexact_array))
@@ -274,6 +285,7 @@ class TD3(AbstractDeterministicAgent):
     n_critics: int = eqx.field(static=True, default=2)
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(256, 256))
     activation: str = eqx.field(static=True, default="relu")
+    torso: str = eqx.field(static=True, default="auto")
     normalize_obs: bool = eqx.field(static=True, default=False)
     scale_obs: bool = eqx.field(static=True, default=False)
 
