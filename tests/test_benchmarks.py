@@ -1,9 +1,10 @@
-"""The benchmark script's command-line parsing (the runs themselves are timed, so
-they live in benchmarks/, not here)."""
+"""The benchmark scripts' command-line parsing, statistics and rendering (the
+runs themselves are timed, so they live in benchmarks/, not here)."""
 
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 _SPEC = importlib.util.spec_from_file_location(
@@ -39,3 +40,88 @@ def test_hp_values_are_read_as_yaml_with_exponents_as_numbers():
 def test_hp_without_equals_sign_is_refused():
     with pytest.raises(SystemExit, match="name=value"):
         speed.parse_hp(["learning_rate"])
+
+
+_TSPEC = importlib.util.spec_from_file_location(
+    "table", Path(__file__).parent.parent / "benchmarks" / "table.py"
+)
+assert _TSPEC is not None and _TSPEC.loader is not None
+table = importlib.util.module_from_spec(_TSPEC)
+_TSPEC.loader.exec_module(table)
+
+
+def test_iqm_is_the_mean_of_the_middle_half():
+    # 8 seeds: drop the 2 lowest and 2 highest, average the middle 4.
+    x = np.array([-200.0, 10, 1, 3, 2, 4, 5, 900])
+    assert table.iqm(x) == pytest.approx((2 + 3 + 4 + 5) / 4)
+    low, high = table.iqm_ci(x)
+    assert low <= table.iqm(x) <= high
+    assert low >= -200 and high <= 900
+    assert table.iqm_ci([500.0] * 8) == (500.0, 500.0)
+    # More seeds that agree: a narrower interval.
+    rng = np.random.default_rng(0)
+    wide = np.subtract(*table.iqm_ci(rng.normal(0, 10, 8))[::-1])
+    narrow = np.subtract(*table.iqm_ci(rng.normal(0, 1, 8))[::-1])
+    assert narrow < wide
+
+
+def _result(agent, env, returns):
+    return {
+        "agent": agent,
+        "env": env,
+        "num_seeds": len(returns),
+        "total_steps": 1000,
+        "num_envs": 4,
+        "eval_returns": returns,
+        "curve": [
+            {"env_steps": 500, "eval_returns": [r / 2 for r in returns]},
+            {"env_steps": 1000, "eval_returns": returns},
+        ],
+        "compile_s": 1.0,
+        "train_s": 2.0,
+        "total_s": 4.5,
+        "steps_per_s": 2000,
+    }
+
+
+def test_render_writes_the_table_between_markers_and_one_figure_per_env(
+    tmp_path, monkeypatch
+):
+    import json
+
+    doc = tmp_path / "bench.md"
+    doc.write_text(f"# B\n\nbefore\n\n{table.BEGIN}\nstale\n{table.END}\n\nafter\n")
+    results = tmp_path / "results"
+    results.mkdir()
+    monkeypatch.setattr(table, "DOC", doc)
+    monkeypatch.setattr(table, "RESULTS", results)
+    monkeypatch.setattr(table, "FIGURES", tmp_path / "figures")
+    monkeypatch.setattr(table, "ROOT", tmp_path)
+    for agent, returns in [("ppo", [500.0, 480.0, 490.0]), ("dqn", [400.0, 500.0])]:
+        path = table.result_path(agent, "CartPole-v1")
+        path.write_text(json.dumps(_result(agent, "CartPole-v1", returns)))
+    pairs = [("ppo", "CartPole-v1"), ("dqn", "CartPole-v1"), ("a2c", "Acrobot-v1")]
+    table.render(pairs)
+    text = doc.read_text()
+    assert text.startswith("# B\n\nbefore\n") and text.endswith("\nafter\n")
+    assert "stale" not in text
+    assert "| ppo | CartPole-v1 | 1,000 | 3 | 490.0 [" in text
+    assert "| 480.0 | 500 (rl-baselines3-zoo" in text  # worst seed, reference
+    assert "Not yet measured: a2c:Acrobot-v1." in text
+    assert (tmp_path / "figures" / "CartPole-v1.png").stat().st_size > 1000
+    assert not (tmp_path / "figures" / "Acrobot-v1.png").exists()
+
+
+def test_fingerprint_follows_config_seeds_and_code(monkeypatch):
+    block = {"total_steps": 1000, "num_envs": 4, "hp": {"learning_rate": 1e-3}}
+    mark = table.fingerprint(block, 8)
+    assert table.fingerprint(dict(block), 8) == mark
+    assert table.fingerprint({**block, "num_envs": 8}, 8) != mark
+    assert table.fingerprint(block, 4) != mark
+    monkeypatch.setattr(table, "code_hash", lambda: "changed")
+    assert table.fingerprint(block, 8) != mark
+
+
+def test_unknown_pair_is_refused_before_anything_runs(capsys):
+    with pytest.raises(SystemExit, match="no tuned block for ppo:Nope-v0"):
+        table.main(["--only", "ppo:Nope-v0"])
