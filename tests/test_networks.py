@@ -35,18 +35,26 @@ def test_cnn_torso_matches_a_hand_computed_convolution():
     obs = np.asarray(jr.normal(jr.PRNGKey(1), (5, 4, 2)))
     w = np.asarray(torso.conv.weight)  # [out, in, 3, 3]  # pyright: ignore
     b = np.asarray(torso.conv.bias).reshape(-1)  # pyright: ignore
-    conv = np.zeros((16, 3, 2))
+    conv = np.zeros((3, 2, 16))  # channels last, as the torso flattens it
     for c in range(16):
         for i in range(3):
             for j in range(2):
                 patch = obs[i : i + 3, j : j + 3, :]  # [3, 3, in]
-                conv[c, i, j] = np.sum(w[c] * patch.transpose(2, 0, 1)) + b[c]
+                conv[i, j, c] = np.sum(w[c] * patch.transpose(2, 0, 1)) + b[c]
     dense = torso.layers[0]
     want = np.maximum(
         np.asarray(dense.weight) @ np.maximum(conv, 0).ravel() + np.asarray(dense.bias),
         0,
     )
     np.testing.assert_allclose(torso(jnp.asarray(obs)), want, rtol=1e-4, atol=1e-5)
+    # The same as Equinox's own convolution of the channels-first image.
+    reference = torso.conv(jnp.asarray(obs).transpose(2, 0, 1))  # pyright: ignore
+    np.testing.assert_allclose(
+        zoo.conv3x3(torso.conv, jnp.asarray(obs)),  # pyright: ignore
+        np.asarray(reference).transpose(1, 2, 0),
+        rtol=1e-4,
+        atol=1e-5,
+    )
 
 
 def test_mlp_torso_draws_the_same_weights_as_before_cnn_existed():

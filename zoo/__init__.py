@@ -29,6 +29,7 @@ from ._networks import (
     QNetwork as QNetwork,
     SquashedGaussianActor as SquashedGaussianActor,
     Torso as Torso,
+    conv3x3 as conv3x3,
     torso_kind as torso_kind,
 )
 from ._normalize import RunningStats as RunningStats
