@@ -27,6 +27,7 @@ seeds the interval is wide by nature: it says how much the seeds disagree.
 """
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -70,6 +71,7 @@ def result_path(agent: str, env: str) -> Path:
     return RESULTS / f"{agent}__{env.replace('/', '_')}.json"
 
 
+@functools.cache
 def code_hash() -> str:
     """The source that trains: every Python file under `CODE`, by content."""
     digest = hashlib.sha256()
@@ -82,6 +84,7 @@ def code_hash() -> str:
     return digest.hexdigest()[:16]
 
 
+@functools.cache
 def versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -244,8 +247,10 @@ def render_table(results: list[dict], references: dict[str, dict]) -> str:
         low, high = iqm_ci(x)
         ref = references.get(f"{r['agent']}:{r['env']}")
         published = f"{ref['return']} ({ref['source']})" if ref else "-"
+        stale = " (stale)" if r.get("stale") else ""
         lines.append(
-            f"| {r['agent']} | {r['env']} | {r['total_steps']:,} | {r['num_seeds']} "
+            f"| {r['agent']} | {r['env']}{stale} | {r['total_steps']:,} "
+            f"| {r['num_seeds']} "
             f"| {_fmt(float(iqm(x)))} [{_fmt(low)}, {_fmt(high)}] "
             f"| {_fmt(float(x.min()))} | {published} | {r['total_s']:.1f} "
             f"| {r['steps_per_s']:,} |"
@@ -295,10 +300,23 @@ def render(tuned_pairs: list[tuple[str, str]]) -> None:
         path = result_path(agent, env)
         if path.exists():
             results.append(json.loads(path.read_text()))
+    from experiments.configs import tuned
+
+    for r in results:  # marked in the table when the config or code has moved on
+        block = tuned(r["agent"], r["env"])
+        current = block is not None and r.get("fingerprint") == fingerprint(
+            block, r["num_seeds"]
+        )
+        r["stale"] = not current
     table = render_table(results, load_references())
     missing = [f"{a}:{e}" for a, e in tuned_pairs if not result_path(a, e).exists()]
     if missing:
         table += "\n\nNot yet measured: " + ", ".join(missing) + "."
+    if any(r["stale"] for r in results):
+        table += (
+            "\n\n(stale): measured on an earlier config or code; "
+            "`python benchmarks/table.py` measures it again."
+        )
     text = DOC.read_text()
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{DOC} has no {BEGIN} ... {END} markers for the table")
@@ -306,9 +324,10 @@ def render(tuned_pairs: list[tuple[str, str]]) -> None:
     _, tail = rest.split(END, 1)
     DOC.write_text(f"{head}{BEGIN}\n{table}\n{END}{tail}")
     figures = render_figures(results)
+    show = lambda p: p.relative_to(ROOT) if p.is_relative_to(ROOT) else p
     print(
-        f"table of {len(results)} pairs -> {DOC.relative_to(ROOT)}; "
-        f"{len(figures)} figures -> {FIGURES.relative_to(ROOT)}/",
+        f"table of {len(results)} pairs -> {show(DOC)}; "
+        f"{len(figures)} figures -> {show(FIGURES)}/",
         flush=True,
     )
 

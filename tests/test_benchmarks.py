@@ -90,23 +90,29 @@ def test_render_writes_the_table_between_markers_and_one_figure_per_env(
     import json
 
     doc = tmp_path / "bench.md"
-    doc.write_text(f"# B\n\nbefore\n\n{table.BEGIN}\nstale\n{table.END}\n\nafter\n")
+    doc.write_text(f"# B\n\nbefore\n\n{table.BEGIN}\nOLDROWS\n{table.END}\n\nafter\n")
     results = tmp_path / "results"
     results.mkdir()
     monkeypatch.setattr(table, "DOC", doc)
     monkeypatch.setattr(table, "RESULTS", results)
     monkeypatch.setattr(table, "FIGURES", tmp_path / "figures")
-    monkeypatch.setattr(table, "ROOT", tmp_path)
+    from experiments.configs import tuned
+
     for agent, returns in [("ppo", [500.0, 480.0, 490.0]), ("dqn", [400.0, 500.0])]:
+        result = _result(agent, "CartPole-v1", returns)
+        if agent == "ppo":  # current; dqn's has no fingerprint, so is stale
+            block = tuned(agent, "CartPole-v1")
+            result["fingerprint"] = table.fingerprint(block, len(returns))
         path = table.result_path(agent, "CartPole-v1")
-        path.write_text(json.dumps(_result(agent, "CartPole-v1", returns)))
+        path.write_text(json.dumps(result))
     pairs = [("ppo", "CartPole-v1"), ("dqn", "CartPole-v1"), ("a2c", "Acrobot-v1")]
     table.render(pairs)
     text = doc.read_text()
     assert text.startswith("# B\n\nbefore\n") and text.endswith("\nafter\n")
-    assert "stale" not in text
+    assert "OLDROWS" not in text
     assert "| ppo | CartPole-v1 | 1,000 | 3 | 490.0 [" in text
     assert "| 480.0 | 500 (rl-baselines3-zoo" in text  # worst seed, reference
+    assert "| dqn | CartPole-v1 (stale) | 1,000 | 2 | 450.0 [" in text
     assert "Not yet measured: a2c:Acrobot-v1." in text
     assert (tmp_path / "figures" / "CartPole-v1.png").stat().st_size > 1000
     assert not (tmp_path / "figures" / "Acrobot-v1.png").exists()
