@@ -236,6 +236,18 @@ def _fmt(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.1f}"
 
 
+def _published(references: dict[str, dict], agent: str, env: str) -> str:
+    """The reference for `agent` on `env`, else another agent's on `env` (named)."""
+    ref = references.get(f"{agent}:{env}")
+    if ref:
+        return f"{ref['return']} ({ref['source']})"
+    for key, ref in references.items():
+        other, _, ref_env = key.partition(":")
+        if ref_env == env:
+            return f"{other.upper()}: {ref['return']} ({ref['source']})"
+    return "-"
+
+
 def render_table(results: list[dict], references: dict[str, dict]) -> str:
     lines = [
         "| agent | env | env steps | seeds | IQM [95 % CI] | worst seed "
@@ -245,8 +257,7 @@ def render_table(results: list[dict], references: dict[str, dict]) -> str:
     for r in results:
         x = np.asarray(r["eval_returns"])
         low, high = iqm_ci(x)
-        ref = references.get(f"{r['agent']}:{r['env']}")
-        published = f"{ref['return']} ({ref['source']})" if ref else "-"
+        published = _published(references, r["agent"], r["env"])
         stale = " (stale)" if r.get("stale") else ""
         lines.append(
             f"| {r['agent']} | {r['env']}{stale} | {r['total_steps']:,} "

@@ -114,6 +114,12 @@ def test_render_writes_the_table_between_markers_and_one_figure_per_env(
     assert "| 480.0 | 500 (rl-baselines3-zoo" in text  # worst seed, reference
     assert "| dqn | CartPole-v1 (stale) | 1,000 | 2 | 450.0 [" in text
     assert "Not yet measured: a2c:Acrobot-v1." in text
+    refs = {"ppo:Breakout-MinAtar": {"return": "22.9-43.4", "source": "blines"}}
+    assert table._published(refs, "pqn", "Breakout-MinAtar") == (
+        "PPO: 22.9-43.4 (blines)"
+    )
+    assert table._published(refs, "ppo", "Breakout-MinAtar") == "22.9-43.4 (blines)"
+    assert table._published(refs, "ppo", "Asterix-MinAtar") == "-"
     assert (tmp_path / "figures" / "CartPole-v1.png").stat().st_size > 1000
     assert not (tmp_path / "figures" / "Acrobot-v1.png").exists()
 
