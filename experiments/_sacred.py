@@ -32,26 +32,36 @@ if _hide_pandas:
 
 
 def _serialise_captured_output() -> None:
-    """Make `Run._get_captured_output` safe between threads.
+    """Make Sacred's captured output safe between threads.
 
     Sacred 0.8.7 reads new captured output from both its heartbeat thread and the
     main thread (when the run ends), each doing read-append-assign on
-    `captured_out` without a lock. When a heartbeat fires as the run ends, one
-    thread's increment can be overwritten by the other's: a recorded `cout.txt`
-    then lacks lines that were printed (seen once: the progress bar's final state).
+    `captured_out` without a lock: one thread's increment can be overwritten by
+    the other's. And a read seeks the capture file, which the main thread's
+    prints write to at the file's position, back to where the last read ended:
+    a print between that seek and the read lands over unread output. Either
+    way a recorded `cout.txt` lacks what was printed (seen: the progress bar's
+    final state). One lock now covers the reads and the writes.
     """
     import threading
 
+    from sacred import stdout_capturing
     from sacred.run import Run
 
-    original = Run._get_captured_output
-    lock = threading.Lock()
+    lock = threading.RLock()
 
-    def _get_captured_output(self: Run) -> None:
-        with lock:
-            original(self)
+    def locked(method):
+        def wrapper(*args, **kwargs):
+            with lock:
+                return method(*args, **kwargs)
 
-    Run._get_captured_output = _get_captured_output  # type: ignore[method-assign]
+        return wrapper
+
+    Run._get_captured_output = locked(Run._get_captured_output)  # type: ignore[method-assign]
+    stdout_capturing.CapturedStdout.get = locked(stdout_capturing.CapturedStdout.get)  # type: ignore[method-assign]
+    proxy = stdout_capturing.TeeingStreamProxy
+    proxy.write = locked(proxy.write)  # type: ignore[method-assign]
+    proxy.flush = locked(proxy.flush)  # type: ignore[method-assign]
 
 
 _serialise_captured_output()
