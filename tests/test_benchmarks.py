@@ -7,12 +7,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-_SPEC = importlib.util.spec_from_file_location(
-    "speed", Path(__file__).parent.parent / "benchmarks" / "speed.py"
-)
-assert _SPEC is not None and _SPEC.loader is not None
-speed = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(speed)
+
+def _script(name: str):
+    """A script of benchmarks/ (not a package) loaded as a module."""
+    spec = importlib.util.spec_from_file_location(
+        name, Path(__file__).parent.parent / "benchmarks" / f"{name}.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+speed = _script("speed")
+table = _script("table")
 
 
 def test_hp_values_are_read_as_yaml_with_exponents_as_numbers():
@@ -40,14 +48,6 @@ def test_hp_values_are_read_as_yaml_with_exponents_as_numbers():
 def test_hp_without_equals_sign_is_refused():
     with pytest.raises(SystemExit, match="name=value"):
         speed.parse_hp(["learning_rate"])
-
-
-_TSPEC = importlib.util.spec_from_file_location(
-    "table", Path(__file__).parent.parent / "benchmarks" / "table.py"
-)
-assert _TSPEC is not None and _TSPEC.loader is not None
-table = importlib.util.module_from_spec(_TSPEC)
-_TSPEC.loader.exec_module(table)
 
 
 def test_iqm_is_the_mean_of_the_middle_half():
