@@ -90,7 +90,7 @@ class A2C(AbstractActorCritic):
             chain.append(
                 optax.scale_by_schedule(lambda n: jnp.maximum(1.0 - n / horizon, 0.0))
             )
-        return optax.chain(*chain)
+        return optax.flatten(optax.chain(*chain))  # as adam_optimizer, and why
 
     def steps_per_rollout(self) -> int:
         return 1
