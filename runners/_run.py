@@ -91,9 +91,9 @@ class NonFiniteError(FloatingPointError):
 def _chunk_seeds(agent, env, state, *, iterations):
     state, metrics = jax.vmap(lambda s: train_chunk(agent, env, s, iterations))(state)
     # One reduction over the parameters per chunk, fetched with the metrics: the
-    # host checks it at the chunk boundary, so nothing inside the chunk syncs.
-    # One concatenation and one reduction, not one per leaf: per-leaf checks were
-    # an eighth of the program XLA compiled.
+    # host checks it at the chunk boundary, so nothing inside the chunk syncs. It
+    # reduces one concatenation, not each leaf: per-leaf checks were an eighth of
+    # the program XLA compiled.
     params = jax.tree.leaves(eqx.filter(state.agent_state, eqx.is_inexact_array))
     flat = jnp.concatenate([p.reshape(p.shape[0], -1) for p in params], axis=1)
     return state, metrics, jnp.all(jnp.isfinite(flat), axis=1)
@@ -115,7 +115,7 @@ _COMPILED_MAX = 32
 # XLA options for a program that runs once (the initial state): on CPU, XLA's
 # newer MLIR fusion emitters and LLVM's optimisations take most of a compilation
 # and pay off only in programs that run many times. Measured on the 2-core CPU,
-# PPO CartPole's init compiled in 1.3-1.8 s with the defaults and in 0.5-0.7 s
+# PPO CartPole's init compiled in 1.3-1.8 s with the defaults and in 0.5-0.9 s
 # with these; with them the training chunk would train 1.5-3x slower, so it keeps
 # the defaults.
 _RUN_ONCE: dict[str, Any] = {
