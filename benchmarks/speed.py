@@ -4,6 +4,7 @@
     python benchmarks/speed.py --case sac:Pendulum-v1 --seeds 8 --cache off
     python benchmarks/speed.py --all --seeds 8       # every tuned agent:env pair
     python benchmarks/speed.py --case dqn:CartPole-v1 --hp prioritized=true
+    python benchmarks/speed.py --case ppo:CartPole-v1 --total-steps 76800 --seed 1
 
 Each (case, seeds) pair runs in a fresh Python process, so that `total_s` counts
 everything a user waits for: interpreter start, imports, compilation, training.
@@ -58,7 +59,13 @@ def parse_hp(items: list[str]) -> dict:
 
 
 def child(
-    case: str, num_seeds: int, t_launch: float, seed: int, cache: str, hp: dict
+    case: str,
+    num_seeds: int,
+    t_launch: float,
+    seed: int,
+    cache: str,
+    hp: dict,
+    run: dict,
 ) -> dict:
     from experiments import _jax_setup
 
@@ -75,6 +82,7 @@ def child(
     block = tuned(agent_name, env_name)
     if block is None:
         raise SystemExit(f"no tuned config for {case}")
+    block = {**block, **run}
     agent = zoo.make(agent_name, **{**block.get("hp", {}), **hp})
     env = envs.make(env_name)
     result = runners.run(
@@ -122,6 +130,12 @@ def main() -> None:
         help="override a tuned hyperparameter (YAML value), e.g. prioritized=true",
     )
     parser.add_argument(
+        "--total-steps", type=int, help="override the tuned env steps per seed"
+    )
+    parser.add_argument(
+        "--num-envs", type=int, help="override the tuned number of envs per seed"
+    )
+    parser.add_argument(
         "--cache",
         choices=["on", "off"],
         default="on",
@@ -132,8 +146,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         hp = parse_hp(args.hp)
+        run = {"total_steps": args.total_steps, "num_envs": args.num_envs}
+        run = {name: value for name, value in run.items() if value is not None}
         out = child(
-            args.case[0], args.seeds[0], args.t_launch, args.seed, args.cache, hp
+            args.case[0], args.seeds[0], args.t_launch, args.seed, args.cache, hp, run
         )
         print(json.dumps(out))
         return
@@ -149,6 +165,10 @@ def main() -> None:
             cmd += ["--seeds", str(seeds), "--seed", str(args.seed)]
             cmd += ["--cache", args.cache]
             cmd += [f"--hp={item}" for item in args.hp]
+            if args.total_steps is not None:
+                cmd += ["--total-steps", str(args.total_steps)]
+            if args.num_envs is not None:
+                cmd += ["--num-envs", str(args.num_envs)]
             cmd += ["--t-launch", repr(time.time())]
             out = subprocess.run(cmd, env=env, capture_output=True, text=True)
             if out.returncode:
