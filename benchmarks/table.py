@@ -14,8 +14,9 @@ the learning curves, and at the end the final return.
 
 One JSON file per pair goes to `benchmarks/results/<agent>__<env>.json`, with a
 `fingerprint` of everything that decides its figures: the tuned block, the number
-of seeds, the evaluation, the source of `zoo/`, `envs/` and `runners/`, the XLA
-flags and the versions of the libraries. A pair whose file carries the current
+of seeds, the evaluation, the source of `zoo/`, `envs/` and `runners/` (as syntax
+trees: comments, docstrings and formatting do not count), the XLA flags and the
+versions of the libraries. A pair whose file carries the current
 fingerprint is skipped (`--force` runs it anyway). Then the table in
 docs/benchmarks.md (between its `table` markers) and one figure per env in
 docs/figures/ are regenerated from the files of the pairs tuned today.
@@ -27,6 +28,7 @@ seeds the interval is wide by nature: it says how much the seeds disagree.
 """
 
 import argparse
+import ast
 import functools
 import hashlib
 import json
@@ -71,16 +73,34 @@ def result_path(agent: str, env: str) -> Path:
     return RESULTS / f"{agent}__{env.replace('/', '_')}.json"
 
 
+def source_tree(text: str) -> str:
+    """A Python source as what runs: its syntax tree without docstrings, so that
+    comments, docstrings and formatting do not make a result stale."""
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        kinds = ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+        if isinstance(node, kinds) and body:
+            first = body[0]
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, annotate_fields=False)
+
+
 @functools.cache
 def code_hash() -> str:
-    """The source that trains: every Python file under `CODE`, by content."""
+    """The source that trains: every Python file under `CODE`, by syntax tree."""
     digest = hashlib.sha256()
     for entry in CODE:
         path = ROOT / entry
         files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
         for file in files:
             digest.update(str(file.relative_to(ROOT)).encode())
-            digest.update(file.read_bytes())
+            digest.update(source_tree(file.read_text()).encode())
     return digest.hexdigest()[:16]
 
 
