@@ -78,16 +78,19 @@ def source_tree(text: str) -> str:
     comments, docstrings and formatting do not make a result stale."""
     tree = ast.parse(text)
     for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        kinds = ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
-        if isinstance(node, kinds) and body:
-            first = body[0]
-            if (
-                isinstance(first, ast.Expr)
-                and isinstance(first.value, ast.Constant)
-                and isinstance(first.value.value, str)
-            ):
-                node.body = body[1:] or [ast.Pass()]
+        if not isinstance(
+            node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+        ):
+            continue
+        if not node.body:
+            continue
+        first = node.body[0]
+        if (
+            isinstance(first, ast.Expr)
+            and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)
+        ):
+            node.body = node.body[1:] or [ast.Pass()]
     return ast.dump(tree, annotate_fields=False)
 
 
