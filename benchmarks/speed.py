@@ -154,6 +154,12 @@ def main() -> None:
         print(json.dumps(out))
         return
     parse_hp(args.hp)  # a malformed override fails before any case runs
+    for flag, value in [
+        ("--total-steps", args.total_steps),
+        ("--num-envs", args.num_envs),
+    ]:
+        if value is not None and value <= 0:
+            raise SystemExit(f"{flag} must be a positive integer, got {value}")
     from experiments import _jax_setup
 
     _jax_setup.set_xla_flags()  # inherited by the child processes
