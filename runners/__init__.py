@@ -26,6 +26,12 @@ from ._state import (
     seed_state as seed_state,
     state_template as state_template,
 )
+from ._sweep import (
+    check_sweep as check_sweep,
+    grid as grid,
+    sweepable as sweepable,
+    with_hparams as with_hparams,
+)
 from ._train import (
     TrainState as TrainState,
     init as init,

@@ -3,7 +3,7 @@
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -20,6 +20,7 @@ from zoo import AbstractAgent
 
 from ._evaluate import evaluate
 from ._state import init_seeds
+from ._sweep import Sweep, check_sweep, run_hparams, with_hparams
 from ._train import (
     TrainState,
     num_iterations,
@@ -40,6 +41,9 @@ class Report:
     seeds, plus `episode_return` / `episode_length` of the training episodes that
     finished in the chunk (NaN if none did). `eval_returns` holds each seed's mean
     greedy return when this chunk ended with an evaluation, else `None`.
+
+    In a sweep, "seeds" are runs (member `m`, seed `s` is run `m * num_seeds + s`),
+    and `train_runs` holds each run's `train` (else it is `None`).
     """
 
     env_steps: int
@@ -50,6 +54,7 @@ class Report:
     steps_per_s: float
     train: dict[str, float]
     eval_returns: list[float] | None = None
+    train_runs: list[dict[str, float]] | None = None
 
     @property
     def eval_return_mean(self) -> float | None:
@@ -66,7 +71,10 @@ class RunResult:
     `[num_seeds, eval_episodes]` greedy returns at the end (`[num_seeds, 0]` when
     stopped early). `reports`: one per chunk run. `compile_s` / `train_s`: wall time
     compiling and running. `stopped`: `should_stop` ended the run before its last
-    chunk. `chunks`: the plan, `(num_chunks, iterations_per_chunk)`."""
+    chunk. `chunks`: the plan, `(num_chunks, iterations_per_chunk)`.
+
+    A sweep's result has a leading run axis instead of the seed axis (member `m`,
+    seed `s` at `m * num_seeds + s`), and `sweep` holds its members' values."""
 
     state: TrainState
     final_returns: np.ndarray
@@ -76,6 +84,13 @@ class RunResult:
     total_steps: int
     stopped: bool = False
     chunks: tuple[int, int] = (0, 0)
+    sweep: dict[str, list[float]] | None = None
+
+    @property
+    def member_returns(self) -> np.ndarray:
+        """`[members, seeds]` final greedy returns (a plain run: one member)."""
+        members = 1 if not self.sweep else len(next(iter(self.sweep.values())))
+        return self.final_returns.mean(axis=1).reshape(members, -1)
 
 
 class NonFiniteError(FloatingPointError):
@@ -89,8 +104,10 @@ class NonFiniteError(FloatingPointError):
         self.metric = metric
 
 
-def _chunk_seeds(agent, env, state, *, iterations):
-    state, metrics = jax.vmap(lambda s: train_chunk(agent, env, s, iterations))(state)
+def _chunk_seeds(agent, env, state, hparams, *, iterations):
+    state, metrics = jax.vmap(
+        lambda s, h: train_chunk(with_hparams(agent, h), env, s, iterations)
+    )(state, hparams)
     # One reduction over the parameters per chunk, fetched with the metrics: the
     # host checks it at the chunk boundary, so nothing inside the chunk syncs. It
     # reduces one concatenation, not each leaf: per-leaf checks were an eighth of
@@ -100,10 +117,12 @@ def _chunk_seeds(agent, env, state, *, iterations):
     return state, metrics, jnp.all(jnp.isfinite(flat), axis=1)
 
 
-def _evaluate_seeds(agent, env, agent_state, keys, *, num_episodes):
+def _evaluate_seeds(agent, env, agent_state, keys, hparams, *, num_episodes):
     return jax.vmap(
-        lambda s, k: evaluate(agent, s, env, key=k, num_episodes=num_episodes),
-    )(agent_state, keys)
+        lambda s, k, h: evaluate(
+            with_hparams(agent, h), s, env, key=k, num_episodes=num_episodes
+        ),
+    )(agent_state, keys, hparams)
 
 
 # Compiled programs by what they were compiled for, so that calling `run` again
@@ -125,7 +144,15 @@ _RUN_ONCE: dict[str, Any] = {
 }
 
 
-def _cache_key(fn: partial, shapes: tuple, options: dict[str, Any] | None) -> Any:
+# XLA options under which a run's float rounding does not depend on the number of
+# runs sharing a device: YNNPACK's fusions (reductions, dots) choose kernels by the
+# whole batch's shape. An empty list turns every YNN fusion type off.
+_BITWISE: dict[str, Any] = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
+def _cache_key(
+    fn: partial, shapes: tuple, options: dict[str, Any] | None, sharding: Any
+) -> Any:
     """What a program is compiled for; `None` if unhashable (e.g. an agent with
     array hyperparameters), which is then compiled every time."""
     leaves, treedef = jax.tree.flatten(shapes)
@@ -133,7 +160,8 @@ def _cache_key(fn: partial, shapes: tuple, options: dict[str, Any] | None) -> An
         (x.shape, str(x.dtype), getattr(x, "weak_type", False)) for x in leaves
     )
     opts = tuple(sorted((options or {}).items()))
-    key = (fn.func, fn.args, tuple(sorted(fn.keywords.items())), treedef, avals, opts)
+    static = (fn.func, fn.args, tuple(sorted(fn.keywords.items())))
+    key = (static, treedef, avals, opts, sharding)
     try:
         hash(key)
     except TypeError:
@@ -157,16 +185,32 @@ class _Compiler:
         self._pending: list[tuple[Any, Future]] = []
 
     def submit(
-        self, fn: partial, *shapes: Any, options: dict[str, Any] | None = None
+        self,
+        fn: partial,
+        *shapes: Any,
+        options: dict[str, Any] | None = None,
+        sharding: Any = None,
+        check: Callable[[Any], None] | None = None,
     ) -> tuple[Future, Any]:
-        """`(future of the compiled program, its output shapes)`."""
-        key = _cache_key(fn, shapes, options)
+        """`(future of the compiled program, its output shapes)`. `sharding`: of
+        every input and output (all have the run axis first); `check(out_shapes)`
+        may raise before anything compiles."""
+        key = _cache_key(fn, shapes, options, sharding)
         if key is not None and key in _COMPILED:
+            if check is not None:
+                check(_COMPILED[key].out_info)
             done: Future = Future()
             done.set_result(_COMPILED[key])
             return done, _COMPILED[key].out_info
-        lowered = jax.jit(fn).lower(*shapes)
-        future = self._pool.submit(lowered.compile, options)
+        jitted = (
+            jax.jit(fn)
+            if sharding is None
+            else jax.jit(fn, in_shardings=sharding, out_shardings=sharding)
+        )
+        lowered = jitted.lower(*shapes)
+        if check is not None:
+            check(lowered.out_info)
+        future = self._pool.submit(lowered.compile, options or None)
         self._pending.append((key, future))
         return future, lowered.out_info
 
@@ -230,6 +274,9 @@ def run(
     checkpoint: Callable[[TrainState, Report], Any] | None = None,
     checkpoint_every: int | None = None,
     should_stop: Callable[[], bool] | None = None,
+    sweep: Sweep | None = None,
+    devices: int | Sequence[Any] | None = None,
+    bitwise: bool = False,
 ) -> RunResult:
     """Train `num_seeds` seeds of `agent` on `env`, with a host loop around compiled
     chunks.
@@ -261,11 +308,25 @@ def run(
       boundaries); `None`: only at the end and when stopped.
     - `should_stop`: asked after each chunk; `True` writes a checkpoint and
       returns early (`RunResult.stopped`), skipping the final evaluation.
+    - `sweep`: `{name: [value per member]}` of float hyperparameters
+      (`runners.sweepable(agent)`; `runners.grid(...)` builds every combination):
+      every member trains `num_seeds` seeds in the same program, as runs
+      `m * num_seeds + s`; seed `s` of every member uses seed `s`'s key.
+    - `devices`: the devices the runs are sharded over (a number: the first that
+      many of `jax.devices()`); default all. Runs are padded to a multiple of
+      the device count; the padding trains and is dropped.
+    - `bitwise`: compile so that a run's numbers do not depend on how many runs
+      share a device, so that any number of devices (or seeds, or members)
+      gives bitwise the same state for the same run. On CPU, XLA's YNNPACK
+      fusions pick reduction kernels by shape, which changes float rounding
+      (about 1e-7 per update) with the runs per device; `bitwise` turns them off
+      and trains about 1.1-1.5x slower. Other platforms: no effect.
 
     **Returns:** a `RunResult`.
 
-    **Raises:** `ValueError` for bad input, before compiling; `NonFiniteError`
-    when a training metric or parameter is NaN or infinite (checked per chunk).
+    **Raises:** `ValueError` for bad input (a sweep that would not fit in memory
+    too), before compiling; `NonFiniteError` when a training metric or parameter
+    is NaN or infinite (checked per chunk).
     """
     validate(agent, env, num_envs, total_steps)
     if not isinstance(num_seeds, int) or num_seeds <= 0:
@@ -282,16 +343,45 @@ def run(
     num_chunks, chunk_iters = chunks
     if num_chunks <= 0 or chunk_iters <= 0:
         raise ValueError(f"chunks must be two positive integers, got {chunks}")
+    num_members = 1 if sweep is None else check_sweep(agent, sweep)
+    sweep_values = (
+        None if sweep is None else {n: [float(v) for v in sweep[n]] for n in sweep}
+    )
+    run_devices = _devices(devices)
+    num_runs = num_members * num_seeds
+    padded = -(-num_runs // len(run_devices)) * len(run_devices)
+    sharding = None
+    if len(run_devices) > 1:
+        mesh = jax.make_mesh(
+            (len(run_devices),),
+            ("runs",),
+            axis_types=(jax.sharding.AxisType.Auto,),
+            devices=run_devices,
+        )
+        sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("runs"))
     per_iter = steps_per_iteration(agent, num_envs)
     total = num_chunks * chunk_iters * per_iter
     seed_keys = jr.split(key, num_seeds)
+    if padded != num_seeds:
+        # Run r is member r // num_seeds with seed r % num_seeds; padding repeats
+        # the last run.
+        seed_keys = seed_keys[np.minimum(np.arange(padded), num_runs - 1) % num_seeds]
+    hparams = {
+        n: jnp.asarray(v) for n, v in run_hparams(sweep, num_seeds, padded).items()
+    }
+    if sharding is not None:
+        seed_keys, hparams = jax.device_put((seed_keys, hparams), sharding)
     eval_keys = jax.vmap(lambda k: jr.fold_in(k, 0x5EED))(seed_keys)
 
     t0 = time.perf_counter()
     init_fn = partial(init_seeds, agent, env, num_envs=num_envs, total_steps=total)
     chunk_fn = partial(_chunk_seeds, agent, env, iterations=chunk_iters)
     if state is not None:
-        state_shape = jax.eval_shape(init_fn, seed_keys)
+        state_shape = jax.eval_shape(
+            init_fn,
+            seed_keys[:num_runs],
+            {n: h[:num_runs] for n, h in hparams.items()},
+        )
         given = jax.eval_shape(lambda s: s, state)
         if jax.tree.structure(given) != jax.tree.structure(state_shape) or any(
             (a.shape, a.dtype) != (b.shape, b.dtype)
@@ -300,7 +390,7 @@ def run(
             )
         ):
             raise ValueError(
-                "state does not fit this agent, env, num_envs and num_seeds"
+                "state does not fit this agent, env, num_envs, num_seeds and sweep"
             )
     start_iter = 0 if state is None else int(np.asarray(state.iteration).ravel()[0])
     if start_iter % chunk_iters:
@@ -314,52 +404,78 @@ def run(
             f"{num_chunks} chunks x {chunk_iters} iterations"
         )
     eval_sizes = {final_eval_episodes} | ({eval_episodes} if eval_every else set())
+    if state is not None and padded != num_runs:
+        state = jax.tree.map(
+            lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], padded - num_runs, 0)]),
+            state,
+        )
+    if state is not None and sharding is not None:
+        state = jax.device_put(state, sharding)
+    fits = partial(_check_memory, num_runs=padded, devices=run_devices)
+    exact = _BITWISE if bitwise and run_devices[0].platform == "cpu" else {}
     # Everything is compiled before training starts, so that `compile_s` and
     # `train_s` are measured apart and no chunk waits on a compilation.
     with _Compiler() as compiler:
         init_compiled: Future | None = None
         if state is None:
             init_compiled, state_shape = compiler.submit(
-                init_fn, seed_keys, options=_RUN_ONCE
+                init_fn,
+                seed_keys,
+                hparams,
+                options={**_RUN_ONCE, **exact},
+                sharding=sharding,
+                check=fits,
             )
         else:
             # Compile for the given state's exact types (a state read from disk
             # has no weak types), so a resumed run runs what the original ran.
             state_shape = jax.eval_shape(lambda s: s, state)
-        chunk_future, _ = compiler.submit(chunk_fn, state_shape)
+            fits(state_shape)
+        chunk_future, _ = compiler.submit(
+            chunk_fn, state_shape, hparams, options=exact, sharding=sharding
+        )
         eval_futures = {
             n: compiler.submit(
                 partial(_evaluate_seeds, agent, env, num_episodes=n),
                 state_shape.agent_state,
                 eval_keys,
+                hparams,
+                options=exact,
+                sharding=sharding,
             )[0]
             for n in sorted(eval_sizes)
         }
     chunk_compiled = chunk_future.result()
     eval_compiled = {n: f.result() for n, f in eval_futures.items()}
     if init_compiled is not None:
-        carry: TrainState = init_compiled.result()(seed_keys)
+        carry: TrainState = init_compiled.result()(seed_keys, hparams)
     else:
         assert state is not None
         carry = state
     compile_s = time.perf_counter() - t0
 
+    unpad = (
+        (lambda tree: tree)
+        if padded == num_runs
+        else (lambda tree: jax.tree.map(lambda x: x[:num_runs], tree))
+    )
     reports: list[Report] = []
-    final_returns = np.zeros((num_seeds, 0), np.float32)
+    final_returns = np.zeros((num_runs, 0), np.float32)
     stopped = False
     t_train = time.perf_counter()
     steps = start_iter * per_iter
     for chunk in range(start_iter // chunk_iters, num_chunks):
-        carry, metrics, finite = chunk_compiled(carry)
-        metrics, finite = jax.device_get((metrics, finite))
+        carry, metrics, finite = chunk_compiled(carry, hparams)
+        metrics, finite = unpad(jax.device_get((metrics, finite)))
         _check_finite(metrics, finite, first_step=steps + per_iter, per_iter=per_iter)
         last = chunk == num_chunks - 1
         eval_returns = None
         if last or eval_every is not None:
             n = final_eval_episodes if last else eval_episodes
             k = jax.vmap(lambda k: jr.fold_in(k, chunk))(eval_keys)
-            returns = eval_compiled[n](carry.agent_state, k)
-            eval_returns = [float(r) for r in np.asarray(returns).mean(axis=1)]
+            returns = np.asarray(eval_compiled[n](carry.agent_state, k, hparams))
+            returns = returns[:num_runs]
+            eval_returns = [float(r) for r in returns.mean(axis=1)]
             if last:
                 final_returns = np.asarray(returns)
         prev_steps, steps = steps, (chunk + 1) * chunk_iters * per_iter
@@ -370,9 +486,15 @@ def run(
             chunk=chunk + 1,
             num_chunks=num_chunks,
             wall_s=time.perf_counter() - t0,
-            steps_per_s=(steps - start_iter * per_iter) * num_seeds / elapsed,
+            steps_per_s=(steps - start_iter * per_iter) * num_runs / elapsed,
             train=_summarise(metrics),
             eval_returns=eval_returns,
+            train_runs=None
+            if sweep is None
+            else [
+                _summarise({k: v[r : r + 1] for k, v in metrics.items()})
+                for r in range(num_runs)
+            ],
         )
         reports.append(report)
         if callback is not None:
@@ -382,12 +504,12 @@ def run(
             steps // checkpoint_every > prev_steps // checkpoint_every
         )
         if checkpoint is not None and (last or stopped or due):
-            checkpoint(carry, report)
+            checkpoint(unpad(carry), report)
         if stopped:
             break
     train_s = time.perf_counter() - t_train
     return RunResult(
-        carry,
+        unpad(carry),
         final_returns,
         reports,
         compile_s,
@@ -395,6 +517,60 @@ def run(
         total,
         stopped,
         (num_chunks, chunk_iters),
+        sweep_values,
+    )
+
+
+def _devices(devices: int | Sequence[Any] | None) -> list[Any]:
+    available = jax.devices()
+    if devices is None:
+        return list(available)
+    if isinstance(devices, int) and not isinstance(devices, bool):
+        if not 1 <= devices <= len(available):
+            raise ValueError(
+                f"devices={devices}: this process sees {len(available)} "
+                f"{available[0].platform} device(s); pass 1 to {len(available)}, "
+                "or None for all"
+            )
+        return list(available[:devices])
+    chosen = [] if isinstance(devices, bool | int) else list(devices)
+    if not chosen or any(d not in available for d in chosen):
+        raise ValueError(
+            f"devices must be a number or a non-empty list of jax.devices(), got "
+            f"{devices!r}"
+        )
+    return chosen
+
+
+def _available_bytes(devices: list[Any]) -> int | None:
+    """Memory the runs can use: what accelerators report, else the host's."""
+    stats = [d.memory_stats() for d in devices]
+    if all(s and "bytes_limit" in s for s in stats):
+        return sum(s["bytes_limit"] - s.get("bytes_in_use", 0) for s in stats)  # pyright: ignore[reportOptionalSubscript, reportOptionalMemberAccess]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _check_memory(state_shape: Any, *, num_runs: int, devices: list[Any]) -> None:
+    """A `ValueError` when the training state (held twice: a chunk's input and
+    output) would not fit in the memory left, before anything compiles."""
+    nbytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state_shape))
+    available = _available_bytes(devices)
+    if available is None or 2 * nbytes <= available:
+        return
+    gib = 2**30
+    raise ValueError(
+        f"{num_runs} run(s) need about {2 * nbytes / gib:.1f} GiB for their "
+        f"training state ({nbytes / num_runs / 2**20:.0f} MiB per run, held twice), "
+        f"more than the {available / gib:.1f} GiB available on "
+        f"{devices[0].platform}: train fewer seeds or sweep members at once, "
+        "shrink the replay buffer (buffer_size), or add devices"
     )
 
 

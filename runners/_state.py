@@ -1,16 +1,18 @@
 """Training states with a seed axis: building them, their template, one seed of them."""
 
 import operator
+from collections.abc import Mapping
 from typing import SupportsIndex, TypeVar
 
 import equinox as eqx
 import jax
 import jax.random as jr
-from jaxtyping import Array, Key, PyTree, UInt32
+from jaxtyping import Array, Float, Key, PyTree, UInt32
 
 from envs import AbstractEnv
 from zoo import AbstractAgent
 
+from ._sweep import with_hparams
 from ._train import TrainState, init
 
 T = TypeVar("T")
@@ -26,6 +28,7 @@ def init_seeds(
     agent: AbstractAgent,
     env: AbstractEnv,
     keys: Key[Array, " seeds"] | UInt32[Array, "seeds 2"],
+    hparams: Mapping[str, Float[Array, " seeds"]] | None = None,
     *,
     num_envs: int,
     total_steps: int,
@@ -40,13 +43,21 @@ def init_seeds(
 
     - `keys`: one key per seed, `[num_seeds, ...]`; `runners.run` passes
       `jr.split(key, num_seeds)`.
+    - `hparams`: a sweep's float hyperparameters, one value per key (see
+      `runners.run`'s `sweep`).
     - `num_envs`, `total_steps`: as for `runners.init`.
 
     **Returns:** a `TrainState` with a leading seed axis.
     """
     state = jax.vmap(
-        lambda k: init(agent, env, key=k, num_envs=num_envs, total_steps=total_steps)
-    )(keys)
+        lambda k, h: init(
+            with_hparams(agent, h),
+            env,
+            key=k,
+            num_envs=num_envs,
+            total_steps=total_steps,
+        )
+    )(keys, hparams or {})
     return _without_weak_types(state)
 
 

@@ -7,7 +7,7 @@ import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jaxtyping import Array, Int, PRNGKeyArray, PyTree, Shaped
+from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 
 from envs import Box, Space
 
@@ -139,8 +139,8 @@ class AbstractAgent(eqx.Module, Generic[S]):
 
 
 def adam_optimizer(
-    learning_rate: float,
-    max_grad_norm: float,
+    learning_rate: float | Float[Array, ""],
+    max_grad_norm: float | Float[Array, ""],
     *,
     anneal_horizon: Int[Array, ""] | None = None,
     eps: float = 1e-8,

@@ -379,7 +379,7 @@ class GaussianActor(eqx.Module):
         action_dim: int,
         hidden_sizes: Sequence[int],
         activation: str = "tanh",
-        log_std_init: float = 0.0,
+        log_std_init: float | Float[Array, ""] = 0.0,
         *,
         torso: str = "auto",
         key: PRNGKeyArray,

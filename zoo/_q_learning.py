@@ -54,7 +54,10 @@ def epsilon_greedy(
 
 
 def linear_epsilon(
-    initial: float, final: float, steps: int, env_steps: Int[Array, ""]
+    initial: float | Float[Array, ""],
+    final: float | Float[Array, ""],
+    steps: int,
+    env_steps: Int[Array, ""],
 ) -> Float[Array, ""]:
     """Epsilon falling linearly from `initial` to `final` over `steps` env steps."""
     schedule = optax.linear_schedule(initial, final, max(int(steps), 1))

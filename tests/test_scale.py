@@ -1,0 +1,191 @@
+"""Sweeps in one program, and runs sharded over devices."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from functools import partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import envs
+import runners
+import zoo
+from experiments.configs import tuned
+from runners import _run
+
+ROOT = Path(__file__).resolve().parents[1]
+CONTINUOUS = {"sac", "td3", "ddpg"}
+
+
+@pytest.mark.parametrize(
+    ("sweep", "message"),
+    [
+        ({}, "lists of values"),
+        ({"learning_rat": [1e-3]}, "no hyperparameter 'learning_rat'"),
+        ({"hidden_sizes": [[32], [64]]}, "not a float hyperparameter"),
+        ({"num_steps": [64, 128]}, "not a float hyperparameter"),
+        ({"anneal_lr": [True, False]}, "not a float hyperparameter"),
+        ({"learning_rate": []}, "is empty"),
+        ({"learning_rate": "1e-3"}, "needs a list"),
+        ({"learning_rate": [1e-3, "fast"]}, "takes numbers"),
+        ({"learning_rate": [1e-3, float("nan")]}, "finite"),
+        ({"learning_rate": [1e-3, 3e-3], "gamma": [0.99]}, "one value per member"),
+    ],
+)
+def test_bad_sweep_is_named_before_compiling(sweep, message):
+    agent, env = zoo.make("ppo"), envs.make("CartPole-v1")
+    with pytest.raises(ValueError, match=message):
+        runners.run(agent, env, key=jr.PRNGKey(0), total_steps=1000, sweep=sweep)
+
+
+@pytest.mark.parametrize("devices", [0, 2, 5, True, []])
+def test_bad_devices(devices):
+    agent, env = zoo.make("ppo"), envs.make("CartPole-v1")
+    with pytest.raises(ValueError, match="devices"):
+        runners.run(agent, env, key=jr.PRNGKey(0), total_steps=1000, devices=devices)
+
+
+def test_sweep_too_big_for_memory_is_refused_before_compiling():
+    # 2**26 transitions of CartPole per seed: about 2.7 GiB each, 16 seeds.
+    agent = zoo.make("dqn", buffer_size=2**26)
+    env = envs.make("CartPole-v1")
+    with pytest.raises(ValueError, match=r"GiB .* fewer seeds or sweep members"):
+        runners.run(
+            agent,
+            env,
+            key=jr.PRNGKey(0),
+            total_steps=1000,
+            num_seeds=16,
+            sweep={"learning_rate": [1e-4, 1e-3]},
+        )
+
+
+def test_grid_crosses_every_value():
+    sweep = runners.grid(learning_rate=[1e-3, 3e-3], gamma=[0.98, 0.99, 0.999])
+    assert sweep["learning_rate"] == [1e-3] * 3 + [3e-3] * 3
+    assert sweep["gamma"] == [0.98, 0.99, 0.999] * 2
+
+
+@pytest.mark.parametrize("name", zoo.names())
+def test_every_float_hyperparameter_traces_as_an_array(name):
+    """What `sweepable` promises: the agent trains and evaluates with all of its
+    float hyperparameters traced at once (traced, not compiled)."""
+    agent = zoo.make(name)
+    env = envs.make("Pendulum-v1" if name in CONTINUOUS else "CartPole-v1")
+    names = runners.sweepable(agent)
+    assert "learning_rate" in names or "actor_lr" in names or len(names) > 3
+    keys = jr.split(jr.PRNGKey(0), 2)
+    hparams = {n: jnp.full(2, getattr(agent, n), jnp.float32) for n in names}
+    init = partial(runners.init_seeds, agent, env, num_envs=4, total_steps=10_000)
+    state = jax.eval_shape(init, keys, hparams)
+    chunk = partial(_run._chunk_seeds, agent, env, iterations=1)
+    _, metrics, _ = jax.eval_shape(chunk, state, hparams)
+    assert metrics and all(m.shape[0] == 2 for m in jax.tree.leaves(metrics))
+    evaluate = partial(_run._evaluate_seeds, agent, env, num_episodes=2)
+    assert jax.eval_shape(evaluate, state.agent_state, keys, hparams).shape == (2, 2)
+
+
+def test_sweep_trains_every_member_in_one_program():
+    """PPO's tuned CartPole block with its own learning rate and with none: each
+    member trains two seeds; the first learns, the second keeps its initial
+    parameters."""
+    block = tuned("ppo", "CartPole-v1")
+    assert block is not None
+    agent, env = zoo.make("ppo", **block["hp"]), envs.make("CartPole-v1")
+    lr = agent.learning_rate
+    key = jr.PRNGKey(0)
+    result = runners.run(
+        agent,
+        env,
+        key=key,
+        total_steps=block["total_steps"],
+        num_envs=block["num_envs"],
+        num_seeds=2,
+        eval_episodes=16,
+        sweep={"learning_rate": [lr, 0.0]},
+    )
+    assert result.sweep == {"learning_rate": [lr, 0.0]}
+    assert result.final_returns.shape == (4, 16)
+    assert result.state.iteration.shape == (4,)
+    returns = result.member_returns
+    assert returns.shape == (2, 2)
+    assert returns[0].min() >= 450, returns
+    initial = runners.init_seeds(
+        agent, env, jr.split(key, 2), num_envs=block["num_envs"], total_steps=1
+    )
+    for before, after in zip(
+        jax.tree.leaves(initial.agent_state.actor),
+        jax.tree.leaves(result.state.agent_state.actor),
+        strict=True,
+    ):
+        # (up to the rounding of the run's init, compiled with other options)
+        np.testing.assert_allclose(np.asarray(after)[2:], before, atol=1e-5)
+        assert np.abs(np.asarray(after)[:2] - before).max() > 1e-3
+    report = result.reports[-1]
+    assert report.train_runs is not None and len(report.train_runs) == 4
+    assert report.eval_returns == pytest.approx(returns.ravel().tolist())
+
+
+DEVICES_SCRIPT = textwrap.dedent(
+    """
+    import jax
+    jax.config.update("jax_num_cpu_devices", 2)
+    import jax.random as jr
+    import numpy as np
+    import envs, runners, zoo
+
+    agent = zoo.make("ppo", num_steps=32, hidden_sizes=(16, 16))
+    env = envs.make("CartPole-v1")
+
+    def run(num_seeds, devices, bitwise):
+        return runners.run(
+            agent, env, key=jr.PRNGKey(0), total_steps=2048, num_envs=4,
+            num_seeds=num_seeds, eval_episodes=8, devices=devices,
+            bitwise=bitwise, sweep={"learning_rate": [1e-3, 3e-3]},
+        )
+
+    def leaves(result):
+        return [np.asarray(x) for x in jax.tree.leaves(result.state)]
+
+    assert len(jax.devices()) == 2
+    for num_seeds in (4, 3):  # 3: 6 runs, 3 per device; padding on none
+        one, two = run(num_seeds, 1, True), run(num_seeds, 2, True)
+        assert one.state.iteration.shape == (2 * num_seeds,)
+        assert all(map(np.array_equal, leaves(one), leaves(two))), num_seeds
+        assert np.array_equal(one.final_returns, two.final_returns)
+    # 1 seed x 3 members: 3 runs on 2 devices, padded to 4 and cut back to 3.
+    one = runners.run(agent, env, key=jr.PRNGKey(1), total_steps=2048,
+        num_envs=4, eval_episodes=8, devices=1, bitwise=True,
+        sweep={"learning_rate": [1e-3, 2e-3, 3e-3]})
+    two = runners.run(agent, env, key=jr.PRNGKey(1), total_steps=2048,
+        num_envs=4, eval_episodes=8, devices=2, bitwise=True,
+        sweep={"learning_rate": [1e-3, 2e-3, 3e-3]})
+    assert two.state.iteration.shape == (3,)
+    assert all(map(np.array_equal, leaves(one), leaves(two)))
+    assert np.array_equal(one.final_returns, two.final_returns)
+    # Without `bitwise`, only float rounding differs.
+    one, two = run(4, 1, False), run(4, 2, False)
+    for a, b in zip(leaves(one), leaves(two), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-3)
+    print("OK")
+    """
+)
+
+
+def test_two_devices_give_bitwise_the_same_runs_as_one():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", DEVICES_SCRIPT],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
