@@ -24,6 +24,7 @@ RESUME_MAY_CHANGE = (
     "keep_checkpoints",
     "progress",
     "compilation_cache",
+    "devices",
 )
 
 
@@ -171,6 +172,10 @@ KEYS = (
     "checkpoint_every",
     "keep_checkpoints",
     "resume",
+    "sweep",
+    "sweep_samples",
+    "devices",
+    "bitwise",
 )
 _RUN_INTS = (
     "num_seeds",
@@ -225,11 +230,17 @@ def validate(config: dict[str, Any]) -> list[str]:
         raise ConfigError(
             f"checkpoint_every: expected a positive integer or None, got {every!r}"
         )
-    for key in ("progress", "compilation_cache"):
+    for key in ("progress", "compilation_cache", "bitwise"):
         if not isinstance(config[key], bool):
             raise ConfigError(f"{key}: expected True or False, got {config[key]!r}")
     if not isinstance(config["hp"], dict):
         raise ConfigError(f"hp: expected a dict, got {config['hp']!r}")
+    devices = config["devices"]
+    if devices is not None and (type(devices) is not int or devices <= 0):
+        raise ConfigError(
+            f"devices: expected a positive number of devices or None (all), got "
+            f"{devices!r}"
+        )
 
     try:
         agent = zoo.make(agent_name, **config["hp"])
@@ -244,6 +255,8 @@ def validate(config: dict[str, Any]) -> list[str]:
         runners.validate(agent, env, config["num_envs"], config["total_steps"])
     except ValueError as e:
         raise ConfigError(f"agent={agent_name} env={env_name}: {e}") from None
+    if config["sweep"] or config["sweep_samples"]:
+        _check_sweep(config, agent, env)
 
     block = configs.tuned(agent_name, env_name)
     if block is None:
@@ -258,6 +271,43 @@ def validate(config: dict[str, Any]) -> list[str]:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return []
+
+
+def sweep_programs(config: dict[str, Any], agent: Any) -> tuple[list, list]:
+    """`(members, programs)` of the config's sweep (see experiments/_sweep.py)."""
+    from experiments import _sweep
+
+    members = _sweep.members(
+        agent, config["sweep"], config["sweep_samples"], config["seed"]
+    )
+    return members, _sweep.programs(agent, members)
+
+
+def _check_sweep(config: dict[str, Any], agent: Any, env: Any) -> None:
+    """Every program of the sweep builds an agent that can train on `env`."""
+    import runners
+    import zoo
+
+    _, programs = sweep_programs(config, agent)
+    for program in programs:
+        try:
+            member_agent = zoo.make(
+                config["agent"], **{**config["hp"], **program.static}
+            )
+            if program.floats:
+                runners.check_sweep(member_agent, program.floats)
+            runners.validate(
+                member_agent, env, config["num_envs"], config["total_steps"]
+            )
+        except (ValueError, TypeError) as e:
+            where = ", ".join(f"{k}={v!r}" for k, v in program.static.items())
+            raise ConfigError(f"sweep ({where or 'floats'}): {e}") from None
+    if config["resume"] is not None and len(programs) > 1:
+        raise ConfigError(
+            "resume: this sweep trains several programs, one after another, and "
+            "only a sweep of one program (float hyperparameters only) resumes; "
+            "rerun the sweep, or sweep each program's values as its own run"
+        )
 
 
 def _check_resume(config: dict[str, Any]) -> None:

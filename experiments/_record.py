@@ -98,10 +98,14 @@ def preload_matplotlib() -> None:
 
 
 def plot_curve(
-    path: Path, steps: list[int], returns: list[list[float]], title: str
+    path: Path,
+    steps: list[int],
+    returns: list[list[float]],
+    title: str,
+    series: str = "seed",
 ) -> None:
-    """Save the learning curve: mean greedy return and, for several seeds, each
-    seed's, against env steps."""
+    """Save the learning curve: mean greedy return and, for several seeds (or
+    sweep members: `series="member"`), each one's, against env steps."""
     # A bare Figure renders with Agg and never touches pyplot's global backend
     # state, so it works headless and inside other programs alike.
     from matplotlib.figure import Figure
@@ -111,7 +115,7 @@ def plot_curve(
     ax = fig.add_subplot()
     if len(per_seed) > 1:
         for i, seed_returns in enumerate(per_seed):
-            ax.plot(steps, seed_returns, lw=0.8, alpha=0.4, label=f"seed {i}")
+            ax.plot(steps, seed_returns, lw=0.8, alpha=0.4, label=f"{series} {i}")
     ax.plot(steps, per_seed.mean(axis=0), lw=2, color="black", marker="o", ms=3)
     ax.lines[-1].set_label("mean")
     ax.set_xlabel("env steps (per seed)")
@@ -125,3 +129,57 @@ def plot_curve(
 
 def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+class SweepRecorder:
+    """The callback of one program of a sweep: each member's series
+    (`member_<i>.eval.return_mean`, `member_<i>.train.episode_return`), member
+    `i` numbered in the whole sweep, and `perf.steps_per_s`. Series over all
+    runs together would mix programs, so there are none.
+
+    **Arguments:**
+
+    - `run`: the Sacred `Run`, or `None` to record nothing.
+    - `recorder`: a `Recorder` that records nothing (its run is `None`) and
+      shows the progress bar.
+    - `members`: the sweep indices of this program's members, in run order.
+    - `num_seeds`: seeds per member.
+    - `curves`: `{member: [(env_steps, mean greedy return), ...]}`, filled in.
+    """
+
+    def __init__(
+        self,
+        run: Any,
+        recorder: Recorder,
+        members: list[int],
+        num_seeds: int,
+        curves: dict[int, list[tuple[int, float]]],
+    ):
+        self.run = run
+        self.recorder = recorder
+        self.members = members
+        self.num_seeds = num_seeds
+        self.curves = curves
+
+    def __call__(self, report: Any) -> None:
+        self.recorder(report)
+        run, step, n = self.run, report.env_steps, self.num_seeds
+        if run is not None:
+            run.log_scalar("perf.steps_per_s", float(report.steps_per_s), step)
+        for j, member in enumerate(self.members):
+            if report.train_runs is not None and run is not None:
+                values = [
+                    r["episode_return"] for r in report.train_runs[j * n : (j + 1) * n]
+                ]
+                values = [v for v in values if math.isfinite(v)]
+                if values:
+                    run.log_scalar(
+                        f"member_{member}.train.episode_return",
+                        float(np.mean(values)),
+                        step,
+                    )
+            if report.eval_returns is not None:
+                mean = float(np.mean(report.eval_returns[j * n : (j + 1) * n]))
+                self.curves.setdefault(member, []).append((step, mean))
+                if run is not None:
+                    run.log_scalar(f"member_{member}.eval.return_mean", mean, step)

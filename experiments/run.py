@@ -126,6 +126,16 @@ def config():
     )
     # zoo.make(agent, **hp): agent defaults < tuned block < `with hp.<name>=...`
     hp = _config.resumed(resume, "hp", _config.resolved_hp(agent, env))
+    # hyperparameter sweep: `sweep.<name>=[v1,v2]` (a grid: every combination) or
+    # `sweep.<name>=loguniform(low,high)` / `uniform(low,high)` (random search,
+    # sweep_samples draws); float hyperparameters vary inside one program
+    sweep = _config.resumed(resume, "sweep", {})
+    # members drawn for the distributions of `sweep` (random search)
+    sweep_samples = _config.resumed(resume, "sweep_samples", 0)
+    # devices the runs (members x seeds) are sharded over: None (all) or a number
+    devices = None
+    # the same numbers on any number of devices (CPU: trains ~1.1-1.5x slower)
+    bitwise = _config.resumed(resume, "bitwise", False)
     # env steps per seed between checkpoints (at chunk ends); None: only at the end
     checkpoint_every = _config.resumed(
         resume, "checkpoint_every", _config.CHECKPOINT_EVERY
@@ -190,13 +200,17 @@ def main(
     resume: str | None,
     progress: bool,
     compilation_cache: bool,
+    sweep: dict[str, Any],
+    sweep_samples: int,
+    devices: int | None,
+    bitwise: bool,
     _run: Any,
 ) -> float:
     """Train, logging metrics and writing checkpoints after compiled chunks; save
     artifacts.
 
     **Returns:** the final greedy return, averaged over episodes and seeds (Sacred
-    stores it as the run's result).
+    stores it as the run's result); for a sweep, the best member's.
 
     **Raises:** `Interrupted` (a `KeyboardInterrupt`: Sacred marks the run
     INTERRUPTED) after a checkpoint when SIGINT or SIGTERM stopped training;
@@ -205,6 +219,7 @@ def main(
     t_main = time.perf_counter()
     if compilation_cache:
         _jax_setup.enable_compilation_cache()
+    import jax
     import jax.random as jr
 
     import envs
@@ -217,6 +232,14 @@ def main(
         threading.Thread(target=_record.preload_matplotlib, daemon=True).start()
     agent_module = zoo.make(agent, **hp)
     env_module = envs.make(env)
+    available = len(jax.devices())
+    if devices is not None and devices > available:
+        raise ConfigError(
+            f"devices: {devices} asked for, but this process sees {available} "
+            f"{jax.devices()[0].platform} device(s)"
+        )
+    if sweep or sweep_samples:
+        return _train_sweep(_run, agent_module, env_module, t_main)
     run_dir = _file_dir(_run)
     ckpt_root = None if run_dir is None else _config.checkpoint_root(run_dir)
     chunks = runners.plan(agent_module, num_envs, total_steps, eval_every)
@@ -297,6 +320,8 @@ def main(
                 checkpoint=checkpoint if _run.observers else None,
                 checkpoint_every=checkpoint_every,
                 should_stop=lambda: stop.requested,
+                devices=devices,
+                bitwise=bitwise,
             )
     except runners.NonFiniteError as e:
         last = runners.latest_checkpoint(ckpt_root) if ckpt_root else None
@@ -331,6 +356,236 @@ def main(
         flush=True,
     )
     return mean
+
+
+def _train_sweep(run: Any, agent_module: Any, env_module: Any, t_main: float) -> float:
+    """`main` for a sweep: each program trains its members x seeds in one
+    compiled run, one program after another; then the member table.
+
+    Checkpoints go to `<run>/checkpoints/` (one program) or
+    `<run>/checkpoints/program_<i>/`; each records the program's `hp` and
+    `num_runs`, so `load_state` reads it like any run's."""
+    import jax.random as jr
+    import numpy as np
+
+    import runners
+    import zoo
+
+    config = dict(run.config)
+    agent, env, num_seeds = config["agent"], config["env"], config["num_seeds"]
+    sweep_members, programs = _config.sweep_programs(config, agent_module)
+    from experiments import _sweep
+
+    print(_sweep.describe(sweep_members, programs), file=sys.stderr, flush=True)
+    run.info["sweep_programs"] = len(programs)
+    run_dir = _file_dir(run)
+    ckpt_root = None if run_dir is None else _config.checkpoint_root(run_dir)
+    state, chunks = None, None
+    if config["resume"] is not None:
+        state, chunks, resumed_meta = _load_resume(
+            config["resume"],
+            agent_module,
+            env_module,
+            config,
+            runners.plan(
+                agent_module,
+                config["num_envs"],
+                config["total_steps"],
+                config["eval_every"],
+            ),
+        )
+        run.info["resumed_from"] = resumed_meta
+    recorder = _record.Recorder(None, 1, config["progress"])
+    curves: dict[int, list[tuple[int, float]]] = {}
+    finals: dict[int, np.ndarray] = {}  # member -> per-seed final mean return
+    written: list[Path] = []
+    results = []
+    stop = _interrupt.StopOnSignal(
+        lambda signum: print(
+            f"\n{signal.Signals(signum).name}: stopping after this chunk with a "
+            "checkpoint; send it again to exit at once",
+            file=sys.stderr,
+            flush=True,
+        ),
+        lambda: print("\nExiting now", file=sys.stderr, flush=True),
+    )
+    t_train = time.perf_counter()
+    for index, program in enumerate(programs):
+        program_hp = {**config["hp"], **program.static}
+        program_agent = zoo.make(agent, **program_hp)
+        plan = chunks or runners.plan(
+            program_agent,
+            config["num_envs"],
+            config["total_steps"],
+            config["eval_every"],
+        )
+        num_runs = len(program.members) * num_seeds
+        planned = plan[0] * plan[1] * config["num_envs"] * program_agent.num_steps
+        header = {
+            "agent": agent,
+            "env": env,
+            "hp": program_hp,
+            "seed": config["seed"],
+            "num_seeds": num_seeds,
+            "num_runs": num_runs,
+            "num_envs": config["num_envs"],
+            "total_steps": planned,
+            "plan": {"chunks": list(plan), "total_steps": planned},
+            "sweep": {
+                "program": index,
+                "floats": program.floats,
+                "members": program.members,
+            },
+            "config": config,
+            "run_id": run._id,
+        }
+        root = None
+        if ckpt_root is not None:
+            root = ckpt_root if len(programs) == 1 else ckpt_root / f"program_{index}"
+
+        def checkpoint(carry: Any, report: Any, root=root, header=header) -> None:
+            base = root if root is not None else Path(tempfile.mkdtemp())
+            path = base / str(report.env_steps)
+            runners.save_checkpoint(
+                path, carry, {**header, "env_steps": report.env_steps}
+            )
+            written.append(path)
+            runners.prune_checkpoints(base, config["keep_checkpoints"])
+
+        if config["progress"]:
+            floats = ", ".join(program.floats) or "nothing"
+            static = ", ".join(f"{k}={v}" for k, v in program.static.items())
+            print(
+                f"Compiling {agent} on {env}, program {index + 1}/{len(programs)}"
+                f"{f' ({static})' if static else ''}: "
+                f"{len(program.members)} member(s) x {num_seeds} seed(s) varying "
+                f"{floats}, {planned:,} steps each ...",
+                file=sys.stderr,
+                flush=True,
+            )
+        callback = _record.SweepRecorder(
+            run, recorder, program.members, num_seeds, curves
+        )
+        try:
+            with stop:
+                result = runners.run(
+                    program_agent,
+                    env_module,
+                    key=jr.PRNGKey(config["seed"]),
+                    total_steps=config["total_steps"],
+                    num_envs=config["num_envs"],
+                    num_seeds=num_seeds,
+                    eval_every=config["eval_every"],
+                    eval_episodes=config["eval_episodes"],
+                    callback=callback,
+                    state=state,
+                    chunks=plan,
+                    checkpoint=checkpoint if run.observers else None,
+                    checkpoint_every=config["checkpoint_every"],
+                    should_stop=lambda: stop.requested,
+                    sweep=program.floats or None,
+                    devices=config["devices"],
+                    bitwise=config["bitwise"],
+                )
+        except runners.NonFiniteError as e:
+            raise TrainingError(f"program {index + 1} of the sweep: {e}") from None
+        finally:
+            recorder.close()
+        results.append(result)
+        if result.stopped:
+            assert stop.signum is not None
+            _interrupted(run, stop.signum, written[-1] if written else None)
+        per_run = result.final_returns.mean(axis=1).reshape(-1, num_seeds)
+        for j, member in enumerate(program.members):
+            finals[member] = per_run[j]
+    table = []
+    for i, member in enumerate(sweep_members):
+        returns = finals[i]
+        table.append(
+            {
+                "member": i,
+                **{
+                    k: (float(v) if isinstance(v, float) else v)
+                    for k, v in member.items()
+                },
+                "return_mean": round(float(returns.mean()), 3),
+                "return_worst": round(float(returns.min()), 3),
+                "return_std": round(float(returns.std()), 3),
+            }
+        )
+    best = max(table, key=lambda row: row["return_mean"])
+    best_hp = {**config["hp"], **sweep_members[best["member"]]}
+    command = shlex.join(
+        ["python", "-m", "experiments.run", "with", f"agent={agent}", f"env={env}"]
+        + [
+            f"hp.{k}={v!r}" if isinstance(v, str) else f"hp.{k}={v}"
+            for k, v in sweep_members[best["member"]].items()
+        ]
+    )
+    trained = sum(
+        (r.reports[-1].env_steps - (0 if state is None else int(state.env_steps[0])))
+        * len(p.members)
+        * num_seeds
+        for r, p in zip(results, programs, strict=True)
+    )
+    run.info.update(
+        members=table,
+        best_member=best["member"],
+        best_hp=best_hp,
+        best_command=command,
+        wall_s=round(time.perf_counter() - t_main, 3),
+        process_s=round(time.perf_counter() - _T_START, 3),
+        compile_s=round(sum(r.compile_s for r in results), 3),
+        train_s=round(sum(r.train_s for r in results), 3),
+        steps_per_s=round(trained / max(time.perf_counter() - t_train, 1e-9), 1),
+    )
+    lines = _member_table(table)
+    if run.observers:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp)
+            (out / "members.md").write_text(lines + "\n")
+            _record.write_json(out / "members.json", table)
+            steps = sorted({s for c in curves.values() for s, _ in c})
+            means = [
+                [
+                    dict(curves[m]).get(s, float("nan"))
+                    for m in range(len(sweep_members))
+                ]
+                for s in steps
+            ]
+            _record.plot_curve(
+                out / "learning_curve.png",
+                steps,
+                means,
+                f"{agent} on {env} (sweep)",
+                series="member",
+            )
+            for name in ("members.md", "members.json", "learning_curve.png"):
+                run.add_artifact(str(out / name), name)
+    print(lines, flush=True)
+    print(
+        f"best: member {best['member']}, mean {best['return_mean']:.1f}, worst seed "
+        f"{best['return_worst']:.1f} over {num_seeds} seed(s); train it alone "
+        f"with:\n  {command}\n{len(sweep_members)} members in "
+        f"{time.perf_counter() - _T_START:.1f} s wall; {_where(run)}",
+        flush=True,
+    )
+    return float(best["return_mean"])
+
+
+def _member_table(table: list[dict[str, Any]]) -> str:
+    """The member table in Markdown."""
+    columns = list(table[0])
+    rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in table:
+        rows.append(
+            "| "
+            + " | ".join(
+                f"{v:.4g}" if isinstance(v, float) else str(v) for v in row.values()
+            )
+            + " |"
+        )
+    return "\n".join(rows)
 
 
 def _file_dir(run: Any) -> Path | None:
@@ -389,8 +644,16 @@ def _template(agent: Any, env: Any, config: dict[str, Any]) -> Any:
         env,
         num_envs=config["num_envs"],
         total_steps=config["total_steps"],
-        num_seeds=config["num_seeds"],
+        num_seeds=config.get("num_runs") or _num_runs(config, agent),
     )
+
+
+def _num_runs(config: dict[str, Any], agent: Any) -> int:
+    """Runs of a (one-program) sweep's state: members x seeds; else seeds."""
+    if not (config.get("sweep") or config.get("sweep_samples")):
+        return config["num_seeds"]
+    members, _ = _config.sweep_programs(config, agent)
+    return len(members) * config["num_seeds"]
 
 
 def resume_command(run: Any) -> str:
