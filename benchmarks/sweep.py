@@ -1,7 +1,7 @@
 """A learning-rate sweep as one program against the same sweep as separate runs.
 
     python benchmarks/sweep.py                    # 16 members x 4 seeds, cold
-    python benchmarks/sweep.py --devices 2        # also on 2 forced CPU devices
+    python benchmarks/sweep.py --members 2 --seeds 4 --devices 2   # + 2 devices
     python benchmarks/sweep.py --members 4 --seeds 2 --cache on
 
 Both sides go through `python -m experiments.run` (unobserved, `-u`), each in a
@@ -11,6 +11,11 @@ learning rate (`hp.learning_rate=...`), one after another. PPO on CartPole-v1 wi
 its tuned block; learning rates log-spaced from 3e-4 to 1e-2. With `--cache off`
 (the default) every program compiles cold. Prints one JSON object per
 measurement, then `ratio <sweep / separate>`.
+
+`--devices N` also times the sweep on N forced CPU devices, which share this
+machine's cores (correctness, not speed). On a 2-core CPU, XLA's runtime hangs
+with more than about 4 runs per forced device (docs/scale.md), so use it with a
+small sweep there.
 """
 
 import argparse

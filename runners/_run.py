@@ -313,8 +313,9 @@ def run(
       every member trains `num_seeds` seeds in the same program, as runs
       `m * num_seeds + s`; seed `s` of every member uses seed `s`'s key.
     - `devices`: the devices the runs are sharded over (a number: the first that
-      many of `jax.devices()`); default all. Runs are padded to a multiple of
-      the device count; the padding trains and is dropped.
+      many of `jax.devices()`); default all, at most one per run. Runs are
+      padded to a multiple of the device count; the padding trains and is
+      dropped.
     - `bitwise`: compile so that a run's numbers do not depend on how many runs
       share a device, so that any number of devices (or seeds, or members)
       gives bitwise the same state for the same run. On CPU, XLA's YNNPACK
@@ -347,8 +348,9 @@ def run(
     sweep_values = (
         None if sweep is None else {n: [float(v) for v in sweep[n]] for n in sweep}
     )
-    run_devices = _devices(devices)
     num_runs = num_members * num_seeds
+    # By default all devices, but never more than there are runs to place.
+    run_devices = _devices(devices)[: num_runs if devices is None else None]
     padded = -(-num_runs // len(run_devices)) * len(run_devices)
     sharding = None
     if len(run_devices) > 1:
