@@ -75,11 +75,18 @@ class _CurrentStderr(logging.StreamHandler):
         pass
 
 
+def _not_a_sweep_entry(record: logging.LogRecord) -> bool:
+    # `sweep.<name>=...` adds an entry to the (empty) sweep dict by design;
+    # Sacred would warn about each one.
+    return not record.getMessage().startswith('Added new config entry: "sweep.')
+
+
 def _logger() -> logging.Logger:
     logger = logging.getLogger("equizoo")
     if not logger.handlers:
         handler = _CurrentStderr()
         handler.setFormatter(logging.Formatter("%(levelname)s - %(message)s"))
+        handler.addFilter(_not_a_sweep_entry)
         logger.addHandler(handler)
         logger.propagate = False
     # Sacred's INFO lines (run ID, "Completed after") would follow our summary

@@ -63,7 +63,7 @@ def test_bad_sweep_is_named_before_anything_runs(updates, says):
     assert says in str(info.value), str(info.value)
 
 
-def test_sweep_records_every_member_and_resumes_exactly(tmp_path, monkeypatch):
+def test_sweep_records_every_member_and_resumes_exactly(tmp_path, monkeypatch, capsys):
     """A grid of 2 learning rates x 2 seeds in one program: the member table,
     per-member series and best command; then the run resumed from its first
     checkpoint ends exactly where the uninterrupted one did."""
@@ -74,6 +74,9 @@ def test_sweep_records_every_member_and_resumes_exactly(tmp_path, monkeypatch):
     argv += ["checkpoint_every=2048", "keep_checkpoints=3", "compilation_cache=False"]
     run = ex.run_commandline(argv)
     assert run is not None and run.status == "COMPLETED"
+    err = capsys.readouterr().err
+    assert "Sweep: 2 member(s) in one program" in err
+    assert "Added new config entry" not in err  # sweep.<name> adds entries by design
     folder = tmp_path / "runs" / "1"
     info = json.loads((folder / "info.json").read_text())
     table = info["members"]
