@@ -7,6 +7,7 @@ what is learned. One CLI subprocess serves every assertion about its records.
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -112,7 +113,11 @@ def test_cli_captured_output_is_filtered(cli_run):
     _, run_dir = cli_run
     cout = (run_dir / "cout.txt").read_text()
     assert "\r" not in cout
-    assert "100%" in cout  # the progress bar's final state
+    # A state of the progress bar, not necessarily its last: Sacred's heartbeat
+    # reads the captured buffer by seeking it while the main thread may write,
+    # so a write that coincides with a heartbeat can land out of place (seen
+    # once in CI: the bar's 100% state missing, an 11% one kept).
+    assert re.search(r"\d+%\|", cout), cout
     assert "final greedy return" in cout
 
 
