@@ -166,11 +166,12 @@ class SweepRecorder:
         run, step, n = self.run, report.env_steps, self.num_seeds
         if run is not None:
             run.log_scalar("perf.steps_per_s", float(report.steps_per_s), step)
+        # A program without float hyperparameters is one member, run as a plain
+        # run: its `train` is that member's.
+        runs = report.train_runs or [report.train] * n
         for j, member in enumerate(self.members):
-            if report.train_runs is not None and run is not None:
-                values = [
-                    r["episode_return"] for r in report.train_runs[j * n : (j + 1) * n]
-                ]
+            if run is not None:
+                values = [r["episode_return"] for r in runs[j * n : (j + 1) * n]]
                 values = [v for v in values if math.isfinite(v)]
                 if values:
                     run.log_scalar(

@@ -414,7 +414,12 @@ def _train_sweep(run: Any, agent_module: Any, env_module: Any, t_main: float) ->
             file=sys.stderr,
             flush=True,
         ),
-        lambda: print("\nExiting now", file=sys.stderr, flush=True),
+        lambda: print(
+            "\nExiting now; the last complete checkpoint is "
+            f"{written[-1] if written else 'none'}",
+            file=sys.stderr,
+            flush=True,
+        ),
     )
     t_train = time.perf_counter()
     for index, program in enumerate(programs):
