@@ -25,6 +25,7 @@ RESUME_MAY_CHANGE = (
     "progress",
     "compilation_cache",
     "devices",
+    "distributed",
 )
 
 
@@ -176,6 +177,7 @@ KEYS = (
     "sweep_samples",
     "devices",
     "bitwise",
+    "distributed",
 )
 _RUN_INTS = (
     "num_seeds",

@@ -19,6 +19,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     warnings.filterwarnings("ignore", "pkg_resources is deprecated", UserWarning)
     from sacred import Experiment as Experiment
+    from sacred.arg_parser import get_config_updates as get_config_updates
     from sacred.observers import (
         FileStorageObserver as FileStorageObserver,
         MongoObserver as MongoObserver,

@@ -36,8 +36,18 @@ if __name__ == "__main__":
     # Only as a program: importing this module must not change the importer's JAX.
     _jax_setup.set_xla_flags()
 
-from experiments import _config, _interrupt, _mongo, _record, configs  # noqa: E402
+from experiments import (  # noqa: E402
+    _config,
+    _distributed,
+    _interrupt,
+    _mongo,
+    _record,
+    configs,
+)
 from experiments._config import ConfigError as ConfigError  # noqa: E402
+from experiments._distributed import (  # noqa: E402
+    DistributedError as DistributedError,
+)
 from experiments._interrupt import Interrupted as Interrupted  # noqa: E402
 from experiments._sacred import (  # noqa: E402
     Experiment,
@@ -45,6 +55,7 @@ from experiments._sacred import (  # noqa: E402
     MongoObserver,
     SacredError,
     apply_backspaces_and_linefeeds,
+    get_config_updates,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,6 +152,9 @@ def config():
     sweep_samples = _config.resumed(resume, "sweep_samples", 0)
     # devices the runs (members x seeds) are sharded over: None (all) or a number
     devices = None
+    # one run across processes (jax.distributed), each started with the same
+    # command and its own process_id; empty: from srun/mpirun's environment
+    distributed = {"coordinator": None, "num_processes": None, "process_id": None}
     # the same numbers on any number of devices (CPU: trains ~1.1-1.5x slower)
     bitwise = _config.resumed(resume, "bitwise", False)
     # env steps per seed between checkpoints (at chunk ends); None: only at the end
@@ -161,6 +175,13 @@ def config():
 def _validate(config, command_name, logger):
     # Runs for every command (print_config too), before observers start and
     # before anything compiles.
+    join = _distributed.plan(config["distributed"])
+    if join is not None and command_name == "main":
+        # From Python (`ex.run(config_updates=...)`); a command line joined in
+        # the option hook already.
+        _distributed.join(join)
+        if not _distributed.is_main():
+            ex.observers[:] = [o for o in ex.observers if o not in _DEFAULT_OBSERVERS]
     for warning in _config.validate(config):
         logger.warning(warning)
     return {}
@@ -171,6 +192,16 @@ def _observers(options):
     # Drop the default observers a previous run in this process added.
     ex.observers[:] = [o for o in ex.observers if o not in _DEFAULT_OBSERVERS]
     _DEFAULT_OBSERVERS.clear()
+    # A multi-process run joins before anything starts JAX (the config hook
+    # builds agents), and only its process 0 records.
+    updates, _ = get_config_updates(options.get("UPDATE") or [])
+    join = _distributed.plan(updates.get("distributed"))
+    if join is not None and options.get("COMMAND") in (None, "main"):
+        _distributed.join(join)
+        if not _distributed.is_main():
+            options["--unobserved"] = True
+            options["--mongo_db"] = None
+            options["--file_storage"] = None
     mongo = options.get("--mongo_db")
     if mongo and not options.get("--unobserved"):
         # Ours instead of Sacred's: a short timeout and a ping before anything.
@@ -211,6 +242,7 @@ def main(
     sweep_samples: int,
     devices: int | None,
     bitwise: bool,
+    distributed: dict[str, Any],
     _run: Any,
 ) -> float:
     """Train, logging metrics and writing checkpoints after compiled chunks; save
@@ -221,7 +253,8 @@ def main(
 
     **Raises:** `Interrupted` (a `KeyboardInterrupt`: Sacred marks the run
     INTERRUPTED) after a checkpoint when SIGINT or SIGTERM stopped training;
-    `TrainingError` (FAILED) on a non-finite loss or parameter.
+    `TrainingError` (FAILED) on a non-finite loss or parameter, or when another
+    process of a multi-process run is lost.
     """
     t_main = time.perf_counter()
     if compilation_cache:
@@ -240,11 +273,18 @@ def main(
     agent_module = zoo.make(agent, **hp)
     env_module = envs.make(env)
     available = len(jax.devices())
+    if devices is not None and jax.process_count() > 1:
+        raise ConfigError(
+            f"devices: a run of {jax.process_count()} processes trains on all their "
+            f"{available} devices; leave devices unset"
+        )
     if devices is not None and devices > available:
         raise ConfigError(
             f"devices: {devices} asked for, but this process sees {available} "
             f"{jax.devices()[0].platform} device(s)"
         )
+    # Other processes of a multi-process run train their share quietly.
+    progress = progress and _distributed.is_main()
     if sweep or sweep_samples:
         return _train_sweep(_run, agent_module, env_module, t_main)
     run_dir = _file_dir(_run)
@@ -334,11 +374,12 @@ def main(
         last = runners.latest_checkpoint(ckpt_root) if ckpt_root else None
         kept = f"the last good checkpoint is {last}" if last else "no checkpoint yet"
         raise TrainingError(f"{e}; {kept}") from None
+    except runners.PeerLostError as e:
+        raise TrainingError(_peer_lost(_run, e, ckpt_root)) from None
     finally:
         recorder.close()
     _run.info["checkpoint_s"] = round(checkpoint_s[0], 3)
     if result.stopped:
-        assert stop.signum is not None
         _interrupted(_run, stop.signum, written[-1] if written else None)
     per_seed = result.final_returns.mean(axis=1)
     mean, std = float(per_seed.mean()), float(per_seed.std())
@@ -379,6 +420,7 @@ def _train_sweep(run: Any, agent_module: Any, env_module: Any, t_main: float) ->
     import zoo
 
     config = dict(run.config)
+    config["progress"] = config["progress"] and _distributed.is_main()
     agent, env, num_seeds = config["agent"], config["env"], config["num_seeds"]
     sweep_members, programs = _config.sweep_programs(config, agent_module)
     from experiments import _sweep
@@ -501,11 +543,12 @@ def _train_sweep(run: Any, agent_module: Any, env_module: Any, t_main: float) ->
                 )
         except runners.NonFiniteError as e:
             raise TrainingError(f"program {index + 1} of the sweep: {e}") from None
+        except runners.PeerLostError as e:
+            raise TrainingError(_peer_lost(run, e, root)) from None
         finally:
             recorder.close()
         results.append(result)
         if result.stopped:
-            assert stop.signum is not None
             _interrupted(run, stop.signum, written[-1] if written else None)
         per_run = result.final_returns.mean(axis=1).reshape(-1, num_seeds)
         for j, member in enumerate(program.members):
@@ -686,9 +729,32 @@ def resume_command(run: Any) -> str:
     return shlex.join(parts)
 
 
-def _interrupted(run: Any, signum: int, checkpoint: Path | None) -> None:
-    name = signal.Signals(signum).name
-    if checkpoint is None:
+def _peer_lost(run: Any, error: Exception, root: Path | None) -> str:
+    """What a process says when another of its run is lost."""
+    import runners
+
+    if not _distributed.is_main():
+        return (
+            f"{error}; resume from the last checkpoint in process 0's run folder "
+            "(`with resume=<run folder>` on every process)"
+        )
+    last = runners.latest_checkpoint(root) if root is not None else None
+    if last is None:
+        return f"{error}; no checkpoint yet, so start the run again"
+    return (
+        f"{error}; the last checkpoint is {last}. Resume with, on every process "
+        f"(its distributed settings as before):\n  {resume_command(run)}"
+    )
+
+
+def _interrupted(run: Any, signum: int | None, checkpoint: Path | None) -> None:
+    """Raise `Interrupted` for a run stopped by signal `signum` (`None`: one sent
+    to another process of a multi-process run), naming its checkpoint."""
+    name = "another process's signal" if signum is None else signal.Signals(signum).name
+    signum = signal.SIGINT if signum is None else signum
+    if not _distributed.is_main():
+        message = f"{name}: training stopped; process 0 wrote the checkpoint"
+    elif checkpoint is None:
         message = f"{name}: training stopped; not recorded, so it cannot be resumed"
     else:
         message = (
@@ -731,6 +797,8 @@ def _save_artifacts(
 
 
 def _where(run: Any) -> str:
+    if not _distributed.is_main():
+        return "recorded by process 0"
     places = []
     for observer in run.observers:
         if isinstance(observer, FileStorageObserver):
@@ -777,6 +845,12 @@ if __name__ == "__main__":
         ex.run_commandline()
     except Interrupted as e:
         _interrupt.exit_now(128 + e.signum)
+    except SystemExit as e:
+        if _distributed.joined() is not None and e.code:
+            # A failed process of a multi-process run: JAX's exit would wait
+            # for the others at a shutdown barrier, then abort.
+            _interrupt.exit_now(e.code if isinstance(e.code, int) else 1)
+        raise
     if _interrupt.signalled():
         # A signal came during the last chunk: the run completed, but a second
         # signal must still exit at once, so skip interpreter shutdown.

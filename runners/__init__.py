@@ -16,6 +16,7 @@ from ._checkpoint import (
 from ._evaluate import evaluate as evaluate
 from ._run import (
     NonFiniteError as NonFiniteError,
+    PeerLostError as PeerLostError,
     Report as Report,
     RunResult as RunResult,
     plan as plan,

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+from jax.experimental import multihost_utils
 from jaxtyping import PRNGKeyArray
 
 from envs import AbstractEnv
@@ -91,6 +92,13 @@ class RunResult:
         """`[members, seeds]` final greedy returns (a plain run: one member)."""
         members = 1 if not self.sweep else len(next(iter(self.sweep.values())))
         return self.final_returns.mean(axis=1).reshape(members, -1)
+
+
+class PeerLostError(RuntimeError):
+    """Another process of a multi-process run stopped answering (it crashed, was
+    killed or lost its network). Raised at the chunk boundary where the processes
+    next exchange results; every process of the run stops, and the last
+    checkpoint resumes it."""
 
 
 class NonFiniteError(FloatingPointError):
@@ -323,11 +331,20 @@ def run(
       (about 1e-7 per update) with the runs per device; `bitwise` turns them off
       and trains about 1.1-1.5x slower. Other platforms: no effect.
 
+    **Several processes** (after `jax.distributed.initialize`, every process
+    calling `run` with the same arguments): the runs are sharded over every
+    process's devices, each process trains its share, and the metrics,
+    evaluation returns and (at checkpoints and the end) the state are gathered
+    at chunk boundaries, so every process sees every run's values and the
+    callback runs on each. `checkpoint` is called on process 0 only;
+    `should_stop` stops every process when any says so.
+
     **Returns:** a `RunResult`.
 
     **Raises:** `ValueError` for bad input (a sweep that would not fit in memory
     too), before compiling; `NonFiniteError` when a training metric or parameter
-    is NaN or infinite (checked per chunk).
+    is NaN or infinite (checked per chunk); `PeerLostError` when another process
+    of a multi-process run stops answering.
     """
     validate(agent, env, num_envs, total_steps)
     if not isinstance(num_seeds, int) or num_seeds <= 0:
@@ -349,8 +366,12 @@ def run(
         None if sweep is None else {n: [float(v) for v in sweep[n]] for n in sweep}
     )
     num_runs = num_members * num_seeds
-    # By default all devices, but never more than there are runs to place.
-    run_devices = _devices(devices)[: num_runs if devices is None else None]
+    # By default all devices, but never more than there are runs to place (in a
+    # multi-process run, all: every process trains its devices' share).
+    multi = jax.process_count() > 1
+    limit = num_runs if devices is None and not multi else None
+    run_devices = _devices(devices)[:limit]
+    fetch = partial(_fetch, multi=multi)
     padded = -(-num_runs // len(run_devices)) * len(run_devices)
     sharding = None
     if len(run_devices) > 1:
@@ -464,18 +485,19 @@ def run(
     reports: list[Report] = []
     final_returns = np.zeros((num_runs, 0), np.float32)
     stopped = False
+    gathered: Any = None
     t_train = time.perf_counter()
     steps = start_iter * per_iter
     for chunk in range(start_iter // chunk_iters, num_chunks):
         carry, metrics, finite = chunk_compiled(carry, hparams)
-        metrics, finite = unpad(jax.device_get((metrics, finite)))
+        metrics, finite = unpad(fetch((metrics, finite)))
         _check_finite(metrics, finite, first_step=steps + per_iter, per_iter=per_iter)
         last = chunk == num_chunks - 1
         eval_returns = None
         if last or eval_every is not None:
             n = final_eval_episodes if last else eval_episodes
             k = jax.vmap(lambda k: jr.fold_in(k, chunk))(eval_keys)
-            returns = np.asarray(eval_compiled[n](carry.agent_state, k, hparams))
+            returns = fetch(eval_compiled[n](carry.agent_state, k, hparams))
             returns = returns[:num_runs]
             eval_returns = [float(r) for r in returns.mean(axis=1)]
             if last:
@@ -502,16 +524,26 @@ def run(
         if callback is not None:
             callback(report)
         stopped = not last and should_stop is not None and bool(should_stop())
+        if multi and not last:
+            # Every process stops at the same chunk when any is asked to.
+            stopped = bool(np.any(fetch(np.asarray(stopped))))
         due = checkpoint_every is not None and (
             steps // checkpoint_every > prev_steps // checkpoint_every
         )
-        if checkpoint is not None and (last or stopped or due):
-            checkpoint(unpad(carry), report)
+        if last or stopped or due:
+            if multi:
+                # Every process takes part in gathering the state; process 0
+                # writes it.
+                gathered = unpad(fetch(carry))
+                if checkpoint is not None and jax.process_index() == 0:
+                    checkpoint(gathered, report)
+            elif checkpoint is not None:
+                checkpoint(unpad(carry), report)
         if stopped:
             break
     train_s = time.perf_counter() - t_train
     return RunResult(
-        unpad(carry),
+        gathered if multi else unpad(carry),
         final_returns,
         reports,
         compile_s,
@@ -523,10 +555,31 @@ def run(
     )
 
 
+def _fetch(tree: Any, *, multi: bool) -> Any:
+    """`tree` as NumPy arrays on the host. In a multi-process run each process
+    holds only its devices' runs: every process must call this at the same point,
+    and gets every run's values."""
+    if not multi:
+        return jax.device_get(tree)
+    try:
+        return multihost_utils.process_allgather(tree, tiled=True)
+    except jax.errors.JaxRuntimeError as e:
+        raise PeerLostError(
+            f"process {jax.process_index()} of {jax.process_count()} lost contact "
+            f"with the run's other processes ({str(e).splitlines()[0]}); every "
+            "process stops here"
+        ) from None
+
+
 def _devices(devices: int | Sequence[Any] | None) -> list[Any]:
     available = jax.devices()
     if devices is None:
         return list(available)
+    if jax.process_count() > 1 and devices not in (len(available), available):
+        raise ValueError(
+            f"devices={devices!r}: a run of {jax.process_count()} processes trains "
+            f"on all their {len(available)} devices; leave devices unset (None)"
+        )
     if isinstance(devices, int) and not isinstance(devices, bool):
         if not 1 <= devices <= len(available):
             raise ValueError(
@@ -545,7 +598,8 @@ def _devices(devices: int | Sequence[Any] | None) -> list[Any]:
 
 
 def _available_bytes(devices: list[Any]) -> int | None:
-    """Memory the runs can use: what accelerators report, else the host's."""
+    """Memory this process's share of the runs can use: what its accelerators
+    report, else the host's."""
     stats = [d.memory_stats() for d in devices]
     if all(s and "bytes_limit" in s for s in stats):
         return sum(s["bytes_limit"] - s.get("bytes_in_use", 0) for s in stats)  # pyright: ignore[reportOptionalSubscript, reportOptionalMemberAccess]
@@ -562,15 +616,19 @@ def _available_bytes(devices: list[Any]) -> int | None:
 def _check_memory(state_shape: Any, *, num_runs: int, devices: list[Any]) -> None:
     """A `ValueError` when the training state (held twice: a chunk's input and
     output) would not fit in the memory left, before anything compiles."""
-    nbytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state_shape))
-    available = _available_bytes(devices)
+    total = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state_shape))
+    # This process holds its own devices' share of the runs.
+    local = [d for d in devices if d.process_index == jax.process_index()]
+    nbytes = total * len(local) // len(devices)
+    available = _available_bytes(local)
     if available is None or 2 * nbytes <= available:
         return
     gib = 2**30
+    share = "" if len(local) == len(devices) else "this process's share of "
     raise ValueError(
-        f"{num_runs} run(s) need about {2 * nbytes / gib:.1f} GiB for their "
-        f"training state ({nbytes / num_runs / 2**20:.0f} MiB per run, held twice), "
-        f"more than the {available / gib:.1f} GiB available on "
+        f"{num_runs} run(s) need about {2 * total / gib:.1f} GiB for their "
+        f"training state ({total / num_runs / 2**20:.0f} MiB per run, held twice); "
+        f"{share}that is more than the {available / gib:.1f} GiB available on "
         f"{devices[0].platform}: train fewer seeds or sweep members at once, "
         "shrink the replay buffer (buffer_size), or add devices"
     )
