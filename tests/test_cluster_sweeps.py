@@ -1,0 +1,158 @@
+"""`python -m experiments.sweep`: trials as Sacred runs, launched by submitit's
+local executor, searched by Optuna; a killed sweep resumes its trials.
+
+Trials vary the seed, so a worker compiles its programs once and its later trials
+reuse them: these tests check the launching and recording, not learning.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from experiments import sweep
+from experiments._config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["agent=ppo", "total_steps=2048", "num_envs=4", "eval_episodes=4"]
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    # Hermetic: workers inherit this and neither read nor fill the user's cache.
+    monkeypatch.setenv("EQUIZOO_CACHE_DIR", str(tmp_path / "jax-cache"))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("updates", "says"),
+    [
+        (["grid.seed=[0,1]", "search.seed=uniform(0,1)"], "grid.* and search.*"),
+        (["grid.seed=[]"], "grid.seed: expected a non-empty list"),
+        (["search.hp.learning_rate=normal(0,1)"], "search.hp.learning_rate: expected"),
+        (["search.hp.learning_rate=loguniform(0,1)"], "positive bounds"),
+        (["search.hp.num_epochs=intuniform(1.5,4)"], "must be integers"),
+        (["seed=1"], "nothing to sweep"),
+        (["grid.hp.learning_rat=[0.1,0.2]"], "trial hp.learning_rat=0.1: hp"),
+        (["grid.num_envs=[4,0]"], "trial num_envs=0: num_envs"),
+        (["search.seed=intuniform(0,9)"], "search.* needs --trials N"),
+    ],
+)
+def test_bad_sweeps_are_named_before_any_job(workdir, updates, says):
+    with pytest.raises(ConfigError) as info:
+        sweep.main(["--executor", "local", "with", *TINY, *updates])
+    assert says in str(info.value), str(info.value)
+    assert not (workdir / "sweeps").exists() or not any(
+        (workdir / "sweeps").glob("*/jobs")
+    )
+
+
+def _runs(folder: Path) -> list[dict]:
+    return [
+        json.loads(p.read_text()) for p in sorted(folder.glob("trials/*/*/run.json"))
+    ]
+
+
+def test_grid_of_four_trials_on_two_local_workers(workdir, capsys):
+    folder = workdir / "grid"
+    argv = ["--folder", str(folder), "--workers", "2", "--executor", "local"]
+    code = sweep.main([*argv, "with", *TINY, "grid.seed=[0,1,2,3]"])
+    out = capsys.readouterr()
+    assert code == 0, out.err[-3000:]
+    runs = _runs(folder)
+    assert [r["status"] for r in runs] == ["COMPLETED"] * 4
+    configs = [
+        json.loads(p.read_text())["seed"]
+        for p in sorted(folder.glob("trials/*/1/config.json"))
+    ]
+    assert configs == [0, 1, 2, 3]
+    summary = json.loads((folder / "summary.json").read_text())
+    best = summary["best"]
+    assert best["result"] == max(r["result"] for r in runs)
+    assert f"seed={best['seed']}" in best["command"]
+    assert "4/4 trials completed" in out.out
+    assert "best: trial" in out.out
+    # Relaunching a finished sweep runs nothing again.
+    assert sweep.main([*argv, "with", *TINY, "grid.seed=[0,1,2,3]"]) == 0
+    assert len(_runs(folder)) == 4
+    # The same folder with another sweep is refused.
+    with pytest.raises(ConfigError, match="holds another sweep"):
+        sweep.main([*argv, "with", *TINY, "grid.seed=[0,1]"])
+
+
+def test_optuna_study_of_six_trials_across_two_workers(workdir, capsys):
+    import optuna
+
+    folder = workdir / "search"
+    argv = ["--folder", str(folder), "--workers", "2", "--executor", "local"]
+    argv += ["--trials", "6"]
+    code = sweep.main([*argv, "with", *TINY, "search.seed=intuniform(0,1000)"])
+    out = capsys.readouterr()
+    assert code == 0, out.err[-3000:]
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(folder / sweep.STUDY_FILE))
+    )
+    study = optuna.load_study(study_name="sweep", storage=storage)
+    trials = study.get_trials()
+    assert len(trials) == 6
+    assert {t.state for t in trials} == {optuna.trial.TrialState.COMPLETE}
+    runs = _runs(folder)
+    assert [r["status"] for r in runs] == ["COMPLETED"] * 6
+    assert sorted(t.value for t in trials) == sorted(r["result"] for r in runs)
+    # Both workers took trials: two submitit jobs ran.
+    assert len(list((folder / "jobs").glob("*_result.pkl"))) == 2
+
+
+def test_a_killed_sweep_resumes_its_trial_when_relaunched(workdir):
+    """The launcher and its worker are killed once the first trial has written a
+    checkpoint; launched again, that trial continues from its checkpoint."""
+    folder = workdir / "killed"
+    command = [sys.executable, "-m", "experiments.sweep", "--folder", str(folder)]
+    command += ["--workers", "1", "--executor", "local", "with", "agent=ppo"]
+    command += ["total_steps=65536", "num_envs=4", "eval_episodes=4"]
+    command += ["checkpoint_every=4096", "grid.seed=[0,1]"]
+    env = dict(os.environ)
+    checkpoints = folder / "trials" / "0000" / "1" / "checkpoints"
+    with open(workdir / "first.log", "w") as log:
+        first = subprocess.Popen(
+            command,
+            cwd=workdir,
+            env=env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and first.poll() is None:
+            if any(checkpoints.glob("*/meta.json")):
+                break
+            time.sleep(0.05)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    assert any(checkpoints.glob("*/meta.json")), (workdir / "first.log").read_text()
+    killed = json.loads((folder / "trials" / "0000" / "1" / "run.json").read_text())
+    assert killed["status"] == "RUNNING"  # killed: Sacred could not say otherwise
+
+    again = subprocess.run(
+        command, cwd=workdir, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "2/2 trials completed" in again.stdout
+    resumed = folder / "trials" / "0000" / "2"
+    info = json.loads((resumed / "info.json").read_text())
+    assert info["resumed_from"]["run_dir"] == str(folder / "trials" / "0000" / "1")
+    assert info["resumed_from"]["env_steps"] >= 4096
+    assert json.loads((resumed / "run.json").read_text())["status"] == "COMPLETED"
+    other = json.loads((folder / "trials" / "0001" / "1" / "run.json").read_text())
+    assert other["status"] == "COMPLETED"
+    rows = json.loads((folder / "summary.json").read_text())["trials"]
+    assert [(r["trial"], r["attempts"]) for r in rows] == [(0, 2), (1, 1)]
