@@ -533,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
             [fixed] * workers,
             [search] * workers,
             shares,
-            [args.seed + 1 + w for w in range(workers)],
+            [args.seed + 1 + w + 7919 * len(slots) for w in range(workers)],
             [args.mongo_db] * workers,
         )
         keys = list(search)
