@@ -329,7 +329,10 @@ def run(
       gives bitwise the same state for the same run. On CPU, XLA's YNNPACK
       fusions pick reduction kernels by shape, which changes float rounding
       (about 1e-7 per update) with the runs per device; `bitwise` turns them off
-      and trains about 1.1-1.5x slower. Other platforms: no effect.
+      and trains about 1.1-1.5x slower. A device given a single run compiles
+      its batch of one differently, so `bitwise` also pads every device to at
+      least two runs (the padding trains and is dropped). Other platforms: only
+      the padding.
 
     **Several processes** (after `jax.distributed.initialize`, every process
     calling `run` with the same arguments): the runs are sharded over every
@@ -372,7 +375,12 @@ def run(
     limit = num_runs if devices is None and not multi else None
     run_devices = _devices(devices)[:limit]
     fetch = partial(_fetch, multi=multi)
-    padded = -(-num_runs // len(run_devices)) * len(run_devices)
+    per_device = -(-num_runs // len(run_devices))
+    if bitwise:
+        # XLA compiles a batch of one run apart (its size-1 axis is dropped, and
+        # other kernels round differently): give every device at least two.
+        per_device = max(per_device, 2)
+    padded = per_device * len(run_devices)
     sharding = None
     if len(run_devices) > 1:
         mesh = jax.make_mesh(

@@ -159,6 +159,14 @@ DEVICES_SCRIPT = textwrap.dedent(
         for a, b in zip(jax.tree.leaves(one.state), jax.tree.leaves(two.state)):
             assert np.array_equal(np.asarray(a), np.asarray(b)), runs
         assert np.array_equal(one.final_returns, two.final_returns)
+    # One run per device, and one run alone: a batch of one compiles apart, so
+    # bitwise pads each device to two runs.
+    one, two = run(1, 1, [1e-3, 3e-3]), run(2, 1, [1e-3, 3e-3])
+    for a, b in zip(jax.tree.leaves(one.state), jax.tree.leaves(two.state)):
+        assert np.array_equal(np.asarray(a), np.asarray(b)), "1 run per device"
+    alone = run(1, 1, [3e-3])
+    for a, b in zip(jax.tree.leaves(alone.state), jax.tree.leaves(one.state)):
+        assert np.array_equal(np.asarray(a)[0], np.asarray(b)[1]), "1 run alone"
     print("OK")
     """
 )
