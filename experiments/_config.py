@@ -9,9 +9,8 @@ from typing import Any
 from . import configs
 from ._sacred import SacredError
 
-# Run settings for a pair with no tuned block.
-FALLBACK_RUN = {"total_steps": 100_000, "num_envs": 8, "eval_episodes": 32}
-NUM_EVALS = 10
+FALLBACK_RUN = configs.FALLBACK_RUN
+NUM_EVALS = configs.NUM_EVALS
 # Env steps (per seed) between checkpoints, and how many to keep.
 CHECKPOINT_EVERY = 100_000
 KEEP_CHECKPOINTS = 2

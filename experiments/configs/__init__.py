@@ -36,6 +36,11 @@ DEFAULT_ENV: dict[str, str] = {
 }
 FALLBACK_ENV = "CartPole-v1"
 
+# Run settings for a pair with no tuned block (or a block that leaves one out),
+# and about how many evaluations a run makes when its block sets no eval_every.
+FALLBACK_RUN = {"total_steps": 100_000, "num_envs": 8, "eval_episodes": 32}
+NUM_EVALS = 10
+
 # Run settings a block may set next to `hp`, with their types.
 RUN_KEYS: dict[str, type] = {
     "total_steps": int,
