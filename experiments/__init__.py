@@ -1,8 +1,10 @@
 """Sacred experiments around the zoo: `python -m experiments.run with agent=dqn`.
 
 From Python, `experiments.tuned(agent, env)` gives the tuned hyperparameters and
-run settings the CLI trains with (importing this package imports neither JAX
-nor Sacred).
+run settings the CLI trains with, and `experiments.load_run("runs/3", seed=0)`
+loads a recorded run's agent, one seed's state and its env. Importing this
+package imports neither JAX nor Sacred.
 """
 
+from experiments._load import load_run as load_run, load_state as load_state
 from experiments._tuned import Tuned as Tuned, pairs as pairs, tuned as tuned

@@ -49,6 +49,7 @@ from experiments._distributed import (  # noqa: E402
     DistributedError as DistributedError,
 )
 from experiments._interrupt import Interrupted as Interrupted  # noqa: E402
+from experiments._load import load_state as load_state  # noqa: E402
 from experiments._sacred import (  # noqa: E402
     Experiment,
     FileStorageObserver,
@@ -808,36 +809,6 @@ def _where(run: Any) -> str:
         else:
             places.append(type(observer).__name__)
     return "recorded in " + " and ".join(places) if places else "not recorded"
-
-
-def load_state(path: str | Path) -> Any:
-    """Load a recorded `TrainState` (with its seed axis).
-
-    **Arguments:**
-
-    - `path`: a run folder, for its final state (the `final_state.eqx` and
-      `final_state.json` artifacts), e.g. `runs/3`; or one of its checkpoints,
-      e.g. `runs/3/checkpoints/50000`.
-
-    **Returns:** the `runners.TrainState`; `state.agent_state` is the agent's.
-    """
-    import json
-
-    import equinox as eqx
-
-    import envs
-    import runners
-    import zoo
-
-    path = Path(path)
-    is_checkpoint = (path / runners.META_FILE).is_file()
-    header_path = path / (runners.META_FILE if is_checkpoint else "final_state.json")
-    header = json.loads(header_path.read_text())
-    agent = zoo.make(header["agent"], **header["hp"])
-    like = _template(agent, envs.make(header["env"]), header)
-    if is_checkpoint:
-        return runners.load_checkpoint(path, like)[0]
-    return eqx.tree_deserialise_leaves(path / "final_state.eqx", like)
 
 
 if __name__ == "__main__":

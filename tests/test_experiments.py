@@ -132,6 +132,55 @@ def test_final_state_loads(cli_run):
     assert np.all(np.asarray(state.env_steps) >= 2000)
 
 
+def test_load_run_gives_one_seed_ready_to_act(cli_run, tmp_path):
+    import jax.random as jr
+    import numpy as np
+
+    import experiments
+    import zoo
+
+    _, run_dir = cli_run
+    agent, state, env = experiments.load_run(run_dir, seed=1)
+    assert isinstance(agent, zoo.DQN) and env.name == "CartPole-v1"
+    obs, _ = env.reset(jr.PRNGKey(0))
+    action, _ = agent.act(state, obs, key=jr.PRNGKey(1), greedy=True)
+    assert int(action) in (0, 1)
+    # A checkpoint loads the same way; seed 1 of the final state is seed 1's.
+    (checkpoint,) = sorted((run_dir / "checkpoints").iterdir())[-1:]
+    _, from_checkpoint, _ = experiments.load_run(checkpoint, seed=1)
+    for a, b in zip(jax_leaves(state), jax_leaves(from_checkpoint), strict=True):
+        assert np.array_equal(a, b)
+    with pytest.raises(IndexError, match="trained 2 run"):
+        experiments.load_run(run_dir, seed=2)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no final state"):
+        experiments.load_run(tmp_path / "empty")
+
+
+def jax_leaves(tree):
+    import jax
+    import numpy as np
+
+    return [np.asarray(x) for x in jax.tree.leaves(tree)]
+
+
+def test_importing_experiments_starts_neither_jax_nor_sacred():
+    code = (
+        "import sys, experiments; experiments.tuned('dqn', 'CartPole-v1'); "
+        "print(sorted(m for m in ('jax', 'sacred') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=_env(ROOT),
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
 @pytest.mark.parametrize(
     ("args", "key"),
     [
