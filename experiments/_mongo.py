@@ -48,6 +48,8 @@ def mongo_observer(spec: str) -> Any:
             connectTimeoutMS=ms,
         )
         observer.runs.database.client.admin.command("ping")
+        # What `-m` said, for the command that resumes the run.
+        observer.equizoo_spec = spec  # pyright: ignore[reportAttributeAccessIssue]
     except pymongo.errors.PyMongoError as e:
         reason = str(e).split(", Timeout:")[0].split(" (configured timeouts")[0]
         raise ConfigError(

@@ -720,6 +720,10 @@ def resume_command(run: Any) -> str:
     basedir = run_dir.parent
     if basedir != RUNS_DIR:
         parts += ["-F", str(basedir)]
+    for observer in run.observers:
+        spec = getattr(observer, "equizoo_spec", None)
+        if isinstance(observer, MongoObserver) and spec:
+            parts += ["-m", spec]  # the resumed run records there too
     value = str(run_dir)
     try:
         ast.literal_eval(value)

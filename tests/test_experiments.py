@@ -301,7 +301,7 @@ def test_bad_config_names_the_key(updates, key, says):
 def test_mongo_observer(tmp_path, monkeypatch, mongo_client):
     import gridfs
 
-    from experiments.run import ex
+    from experiments.run import ex, resume_command
 
     client = mongo_client
     monkeypatch.chdir(tmp_path)
@@ -333,6 +333,10 @@ def test_mongo_observer(tmp_path, monkeypatch, mongo_client):
     }
     for artifact in doc["artifacts"]:
         assert fs.get(artifact["file_id"]).read()
+    # The command that resumes the run records where it did, MongoDB included.
+    command = resume_command(run)
+    assert "-m localhost:27017:equizoo" in command, command
+    assert f"resume=runs/{run._id}" in command, command
 
     # The local record is kept next to the database's.
     local = tmp_path / "runs" / str(run._id)
