@@ -160,6 +160,7 @@ def _bad_hp(config: dict[str, Any]) -> str:
 KEYS = (
     "agent",
     "env",
+    "env_params",
     "seed",
     "num_seeds",
     "total_steps",
@@ -248,10 +249,16 @@ def validate(config: dict[str, Any]) -> list[str]:
     except (ValueError, TypeError) as e:
         key = "agent" if agent_name.lower() not in zoo.names() else _bad_hp(config)
         raise ConfigError(f"{key}: {e}") from None
+    env_params = config["env_params"]
+    if not isinstance(env_params, dict):
+        raise ConfigError(
+            f"env_params: expected a dict of env parameters (env_params.<name>=value),"
+            f" got {env_params!r}"
+        )
     try:
-        env = envs.make(env_name)
+        env = envs.make(env_name, **env_params)
     except (ValueError, TypeError) as e:
-        raise ConfigError(f"env: {e}") from None
+        raise ConfigError(f"{'env_params' if env_params else 'env'}: {e}") from None
     try:
         runners.validate(agent, env, config["num_envs"], config["total_steps"])
     except ValueError as e:

@@ -84,7 +84,7 @@ def _load(path: Path) -> tuple[Any, Any, Any, dict[str, Any]]:
     state_file, header_file = _where(path)
     header = json.loads(header_file.read_text())
     agent = zoo.make(header["agent"], **header["hp"])
-    env = envs.make(header["env"])
+    env = envs.make(header["env"], **header.get("env_params", {}))
     like = runners.state_template(
         agent,
         env,

@@ -88,9 +88,11 @@ class _CurrentStderr(logging.StreamHandler):
 
 
 def _not_a_sweep_entry(record: logging.LogRecord) -> bool:
-    # `sweep.<name>=...` adds an entry to the (empty) sweep dict by design;
-    # Sacred would warn about each one.
-    return not record.getMessage().startswith('Added new config entry: "sweep.')
+    # `sweep.<name>=...` and `env_params.<name>=...` add entries to dicts that
+    # start empty by design; Sacred would warn about each one.
+    return not record.getMessage().startswith(
+        ('Added new config entry: "sweep.', 'Added new config entry: "env_params.')
+    )
 
 
 def _logger() -> logging.Logger:
@@ -123,6 +125,9 @@ def config():
     agent = _config.resumed(resume, "agent", "dqn")
     # env name (envs.names()); default: experiments.configs.DEFAULT_ENV[agent]
     env = _config.resumed(resume, "env", configs.default_env(agent))
+    # env parameters, envs.make(env, **env_params): `env_params.<name>=value`,
+    # e.g. env_params.max_steps_in_episode=1000
+    env_params = _config.resumed(resume, "env_params", {})
     # base PRNG seed: seed i of num_seeds trains with split(PRNGKey(seed))[i]
     seed = _config.resumed(resume, "seed", 0)
     # independent seeds, trained together (vmapped)
@@ -227,6 +232,7 @@ _DEFAULT_OBSERVERS: list[Any] = []
 def main(
     agent: str,
     env: str,
+    env_params: dict[str, Any],
     seed: int,
     num_seeds: int,
     total_steps: int,
@@ -272,7 +278,7 @@ def main(
         # XLA compiles, which leaves the interpreter idle.
         threading.Thread(target=_record.preload_matplotlib, daemon=True).start()
     agent_module = zoo.make(agent, **hp)
-    env_module = envs.make(env)
+    env_module = envs.make(env, **env_params)
     available = len(jax.devices())
     if devices is not None and jax.process_count() > 1:
         raise ConfigError(
@@ -304,6 +310,7 @@ def main(
     header = {
         "agent": agent,
         "env": env,
+        "env_params": env_params,
         "hp": hp,
         "seed": seed,
         "num_seeds": num_seeds,
@@ -479,6 +486,7 @@ def _train_sweep(run: Any, agent_module: Any, env_module: Any, t_main: float) ->
         header = {
             "agent": agent,
             "env": env,
+            "env_params": config["env_params"],
             "hp": program_hp,
             "seed": config["seed"],
             "num_seeds": num_seeds,
@@ -573,6 +581,7 @@ def _train_sweep(run: Any, agent_module: Any, env_module: Any, t_main: float) ->
     best_hp = {**config["hp"], **sweep_members[best["member"]]}
     command = shlex.join(
         ["python", "-m", "experiments.run", "with", f"agent={agent}", f"env={env}"]
+        + [f"env_params.{k}={v!r}" for k, v in config["env_params"].items()]
         + [
             f"hp.{k}={v!r}" if isinstance(v, str) else f"hp.{k}={v}"
             for k, v in sweep_members[best["member"]].items()

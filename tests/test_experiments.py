@@ -342,3 +342,25 @@ def test_mongo_observer(tmp_path, monkeypatch, mongo_client):
     local = tmp_path / "runs" / str(run._id)
     assert json.loads((local / "run.json").read_text())["status"] == "COMPLETED"
     assert (local / "learning_curve.png").exists()
+
+
+def test_env_params_from_the_command_line(tmp_path, monkeypatch):
+    """`env_params.<name>=value` reaches `envs.make`, is validated like a
+    hyperparameter, recorded, and rebuilt by `load_run`."""
+    import experiments
+    from experiments.run import ConfigError, ex
+
+    with pytest.raises(ConfigError, match=r"env_params: unknown parameter\(s\)"):
+        _resolve(env_params={"max_step": 10})
+    with pytest.raises(ConfigError, match="env_params: expected a dict"):
+        _resolve(env_params=5)
+    monkeypatch.chdir(tmp_path)
+    argv = ["run.py", "-F", str(tmp_path / "runs"), "with", "agent=ppo", *TINY]
+    argv += ["env_params.max_steps_in_episode=20", "compilation_cache=False"]
+    run = ex.run_commandline(argv)
+    assert run is not None and run.status == "COMPLETED"
+    assert run.config["env_params"] == {"max_steps_in_episode": 20}
+    # Episodes end at 20 steps: no greedy return can exceed 20.
+    assert 0 < run.result <= 20
+    _, _, env = experiments.load_run(tmp_path / "runs" / str(run._id))
+    assert env.max_steps_in_episode == 20
