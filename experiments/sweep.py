@@ -384,6 +384,7 @@ def _arguments(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("-m", "--mongo_db", help="also record to MongoDB (as -m)")
     argv = list(argv)
     if "with" not in argv:
+        parser.parse_args(argv)  # --help, or an option's own error
         parser.error("give the trials' config after 'with', e.g. with agent=ppo ...")
     split = argv.index("with")
     args = parser.parse_args(argv[:split])
