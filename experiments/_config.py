@@ -166,6 +166,7 @@ KEYS = (
     "total_steps",
     "num_envs",
     "eval_every",
+    "eval_at_start",
     "eval_episodes",
     "hp",
     "progress",
@@ -232,7 +233,7 @@ def validate(config: dict[str, Any]) -> list[str]:
         raise ConfigError(
             f"checkpoint_every: expected a positive integer or None, got {every!r}"
         )
-    for key in ("progress", "compilation_cache", "bitwise"):
+    for key in ("progress", "compilation_cache", "bitwise", "eval_at_start"):
         if not isinstance(config[key], bool):
             raise ConfigError(f"{key}: expected True or False, got {config[key]!r}")
     if not isinstance(config["hp"], dict):

@@ -35,8 +35,8 @@ class Recorder:
 
     def __call__(self, report: Any) -> None:
         step = report.env_steps
-        if self.run is not None:
-            log = self.run.log_scalar
+        log = None if self.run is None else self.run.log_scalar
+        if log is not None and report.chunk > 0:  # chunk 0: before training
             for name, value in report.train.items():
                 # NaN marks "no episode ended in this chunk": leave a gap.
                 if math.isfinite(value):
@@ -46,7 +46,7 @@ class Recorder:
             returns = [float(r) for r in report.eval_returns]
             self.curve_steps.append(step)
             self.curve_returns.append(returns)
-            if self.run is not None:
+            if log is not None:
                 log("eval.return_mean", float(np.mean(returns)), step)
                 log("eval.return_std", float(np.std(returns)), step)
                 if self.num_seeds > 1:
@@ -164,14 +164,16 @@ class SweepRecorder:
     def __call__(self, report: Any) -> None:
         self.recorder(report)
         run, step, n = self.run, report.env_steps, self.num_seeds
-        if run is not None:
+        if run is not None and report.chunk > 0:
             run.log_scalar("perf.steps_per_s", float(report.steps_per_s), step)
         # A program without float hyperparameters is one member, run as a plain
         # run: its `train` is that member's.
         runs = report.train_runs or [report.train] * n
         for j, member in enumerate(self.members):
             if run is not None:
-                values = [r["episode_return"] for r in runs[j * n : (j + 1) * n]]
+                values = [
+                    r.get("episode_return", math.nan) for r in runs[j * n : (j + 1) * n]
+                ]
                 values = [v for v in values if math.isfinite(v)]
                 if values:
                     run.log_scalar(

@@ -144,6 +144,8 @@ def config():
     eval_every = _config.resumed(
         resume, "eval_every", _config.eval_every(agent, env, total_steps)
     )
+    # also evaluate the untrained agent, logged at env step 0
+    eval_at_start = _config.resumed(resume, "eval_at_start", False)
     # greedy episodes per seed in each evaluation (tuned block, else 32)
     eval_episodes = _config.resumed(
         resume, "eval_episodes", _config.run_default(agent, env, "eval_episodes")
@@ -238,6 +240,7 @@ def main(
     total_steps: int,
     num_envs: int,
     eval_every: int | None,
+    eval_at_start: bool,
     eval_episodes: int,
     hp: dict[str, Any],
     checkpoint_every: int | None,
@@ -369,6 +372,7 @@ def main(
                 num_seeds=num_seeds,
                 eval_every=eval_every,
                 eval_episodes=eval_episodes,
+                eval_at_start=eval_at_start,
                 callback=recorder,
                 state=state,
                 chunks=chunks,
@@ -540,6 +544,7 @@ def _train_sweep(run: Any, agent_module: Any, env_module: Any, t_main: float) ->
                     num_seeds=num_seeds,
                     eval_every=config["eval_every"],
                     eval_episodes=config["eval_episodes"],
+                    eval_at_start=config["eval_at_start"],
                     callback=callback,
                     state=state,
                     chunks=plan,

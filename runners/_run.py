@@ -30,6 +30,10 @@ from ._train import (
     validate,
 )
 
+# Folded into the evaluation keys for the evaluation before training (the
+# chunks' fold in their index, which never gets this large).
+_START = 0x57A27
+
 # Summed over iterations rather than averaged when a chunk is reported.
 _EPISODE_SUMS = ("episodes", "episode_return_sum", "episode_length_sum")
 
@@ -45,6 +49,9 @@ class Report:
 
     In a sweep, "seeds" are runs (member `m`, seed `s` is run `m * num_seeds + s`),
     and `train_runs` holds each run's `train` (else it is `None`).
+
+    With `run(..., eval_at_start=True)`, a first report (`chunk` 0, `env_steps`
+    0, empty `train`) carries the untrained agent's evaluation.
     """
 
     env_steps: int
@@ -70,7 +77,8 @@ class Report:
 class RunResult:
     """`state`: the final `TrainState`, with a leading seed axis. `final_returns`:
     `[num_seeds, eval_episodes]` greedy returns at the end (`[num_seeds, 0]` when
-    stopped early). `reports`: one per chunk run. `compile_s` / `train_s`: wall time
+    stopped early). `reports`: one per chunk run (after the one at step 0 with
+    `eval_at_start`). `compile_s` / `train_s`: wall time
     compiling and running. `stopped`: `should_stop` ended the run before its last
     chunk. `chunks`: the plan, `(num_chunks, iterations_per_chunk)`.
 
@@ -285,6 +293,7 @@ def run(
     sweep: Sweep | None = None,
     devices: int | Sequence[Any] | None = None,
     bitwise: bool = False,
+    eval_at_start: bool = False,
 ) -> RunResult:
     """Train `num_seeds` seeds of `agent` on `env`, with a host loop around compiled
     chunks.
@@ -324,6 +333,10 @@ def run(
       many of `jax.devices()`); default all, at most one per run. Runs are
       padded to a multiple of the device count; the padding trains and is
       dropped.
+    - `eval_at_start`: also evaluate the untrained agent (`eval_episodes` per
+      seed) before the first chunk, reported to the callback as chunk 0 at env
+      step 0 (with empty `train` metrics) and kept first in `reports`. A resumed
+      run starts where it stopped, without it.
     - `bitwise`: compile so that a run's numbers do not depend on how many runs
       share a device, so that any number of devices (or seeds, or members)
       gives bitwise the same state for the same run. On CPU, XLA's YNNPACK
@@ -434,7 +447,8 @@ def run(
             f"state is at iteration {start_iter}: nothing left of a plan of "
             f"{num_chunks} chunks x {chunk_iters} iterations"
         )
-    eval_sizes = {final_eval_episodes} | ({eval_episodes} if eval_every else set())
+    evaluates = eval_every is not None or (eval_at_start and start_iter == 0)
+    eval_sizes = {final_eval_episodes} | ({eval_episodes} if evaluates else set())
     if state is not None and padded != num_runs:
         state = jax.tree.map(
             lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], padded - num_runs, 0)]),
@@ -496,6 +510,25 @@ def run(
     gathered: Any = None
     t_train = time.perf_counter()
     steps = start_iter * per_iter
+    if eval_at_start and start_iter == 0:
+        # Keys of their own: the chunks' evaluations fold in the chunk index.
+        k = jax.vmap(lambda k: jr.fold_in(k, _START))(eval_keys)
+        returns = fetch(eval_compiled[eval_episodes](carry.agent_state, k, hparams))
+        report = Report(
+            env_steps=0,
+            total_steps=total,
+            chunk=0,
+            num_chunks=num_chunks,
+            wall_s=time.perf_counter() - t0,
+            steps_per_s=0.0,
+            train={},
+            eval_returns=[float(r) for r in returns[:num_runs].mean(axis=1)],
+            train_runs=None if sweep is None else [{} for _ in range(num_runs)],
+        )
+        reports.append(report)
+        if callback is not None:
+            callback(report)
+        t_train = time.perf_counter()  # steps_per_s counts training only
     for chunk in range(start_iter // chunk_iters, num_chunks):
         carry, metrics, finite = chunk_compiled(carry, hparams)
         metrics, finite = unpad(fetch((metrics, finite)))

@@ -344,9 +344,10 @@ def test_mongo_observer(tmp_path, monkeypatch, mongo_client):
     assert (local / "learning_curve.png").exists()
 
 
-def test_env_params_from_the_command_line(tmp_path, monkeypatch):
+def test_env_params_and_eval_at_start(tmp_path, monkeypatch):
     """`env_params.<name>=value` reaches `envs.make`, is validated like a
-    hyperparameter, recorded, and rebuilt by `load_run`."""
+    hyperparameter, recorded, and rebuilt by `load_run`; `eval_at_start=True`
+    logs an evaluation at step 0."""
     import experiments
     from experiments.run import ConfigError, ex
 
@@ -357,9 +358,16 @@ def test_env_params_from_the_command_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     argv = ["run.py", "-F", str(tmp_path / "runs"), "with", "agent=ppo", *TINY]
     argv += ["env_params.max_steps_in_episode=20", "compilation_cache=False"]
+    argv += ["eval_at_start=True"]
     run = ex.run_commandline(argv)
     assert run is not None and run.status == "COMPLETED"
     assert run.config["env_params"] == {"max_steps_in_episode": 20}
+    # eval_at_start: the untrained agent's evaluation is logged at step 0.
+    metrics = json.loads(
+        (tmp_path / "runs" / str(run._id) / "metrics.json").read_text()
+    )
+    assert metrics["eval.return_mean"]["steps"][0] == 0
+    assert metrics["perf.steps_per_s"]["steps"][0] > 0
     # Episodes end at 20 steps: no greedy return can exceed 20.
     assert 0 < run.result <= 20
     _, _, env = experiments.load_run(tmp_path / "runs" / str(run._id))

@@ -347,3 +347,34 @@ def test_state_template_matches_init(ppo_run, tmp_path):
         runners.state_template(agent, env, num_seeds=0, **sizes)
     with pytest.raises(ValueError, match="num_envs must be a positive integer"):
         runners.state_template(agent, env, num_envs=0, total_steps=2048)
+
+
+def test_eval_at_start_reports_the_untrained_agent_first(ppo_run):
+    """The same call as `ppo_run` (its programs are reused) with an evaluation
+    before training: reported at step 0, and training is unchanged."""
+    agent, env, plain = ppo_run
+    seen = []
+    result = runners.run(
+        agent,
+        env,
+        key=jr.PRNGKey(7),
+        total_steps=2048,
+        num_envs=4,
+        num_seeds=2,
+        eval_every=512,
+        eval_episodes=4,
+        eval_at_start=True,
+        callback=seen.append,
+    )
+    first = result.reports[0]
+    assert seen[0] is first
+    assert (first.env_steps, first.chunk, first.train) == (0, 0, {})
+    assert first.eval_returns is not None and len(first.eval_returns) == 2
+    assert result.reports[1:] and [r.chunk for r in result.reports[1:]] == [
+        r.chunk for r in plain.reports
+    ]
+    assert result.reports[1].eval_returns == plain.reports[0].eval_returns
+    for a, b in zip(
+        jax.tree.leaves(result.state), jax.tree.leaves(plain.state), strict=True
+    ):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
