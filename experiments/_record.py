@@ -186,3 +186,32 @@ class SweepRecorder:
                 self.curves.setdefault(member, []).append((step, mean))
                 if run is not None:
                     run.log_scalar(f"member_{member}.eval.return_mean", mean, step)
+
+
+def close_interrupted(run: Any) -> None:
+    """Mark `run` INTERRUPTED in its records, for a process about to exit at once
+    (a second signal), which Sacred would leave RUNNING. Best effort: a record
+    that cannot be written quickly stays as it is.
+
+    The file record is replaced atomically (Sacred's heartbeat thread may be
+    writing it); MongoDB gets one update, within the observer's timeouts."""
+    import contextlib
+    import datetime
+    import os
+
+    from ._sacred import FileStorageObserver, MongoObserver
+
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)  # as Sacred
+    for observer in list(getattr(run, "observers", [])):
+        with contextlib.suppress(Exception):
+            entry = observer.run_entry
+            if isinstance(observer, FileStorageObserver) and observer.dir:
+                entry["status"], entry["stop_time"] = "INTERRUPTED", now.isoformat()
+                observer.save_json(entry, "run.json.closing")
+                folder = Path(observer.dir)
+                os.replace(folder / "run.json.closing", folder / "run.json")
+            elif isinstance(observer, MongoObserver):
+                observer.runs.update_one(
+                    {"_id": entry["_id"]},
+                    {"$set": {"status": "INTERRUPTED", "stop_time": now}},
+                )

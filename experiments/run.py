@@ -350,6 +350,7 @@ def main(
             file=sys.stderr,
             flush=True,
         )
+        _record.close_interrupted(_run)
 
     recorder = _record.Recorder(_run, num_seeds, progress)
     if progress:
@@ -468,11 +469,14 @@ def _train_sweep(run: Any, agent_module: Any, env_module: Any, t_main: float) ->
             file=sys.stderr,
             flush=True,
         ),
-        lambda: print(
-            "\nExiting now; the last complete checkpoint is "
-            f"{written[-1] if written else 'none'}",
-            file=sys.stderr,
-            flush=True,
+        lambda: (
+            print(
+                "\nExiting now; the last complete checkpoint is "
+                f"{written[-1] if written else 'none'}",
+                file=sys.stderr,
+                flush=True,
+            ),
+            _record.close_interrupted(run),
         ),
     )
     t_train = time.perf_counter()

@@ -471,6 +471,9 @@ def test_second_signal_exits_at_once_keeping_the_last_checkpoint(cli_runs):
                 proc.wait()
     assert returncode == 128 + signal.SIGTERM
     assert "Exiting now; the last complete checkpoint is" in err_path.read_text()
+    # The record is closed, not left RUNNING.
+    record = json.loads((cwd / "twice" / "1" / "run.json").read_text())
+    assert record["status"] == "INTERRUPTED" and record["stop_time"], record
     kept = runners.list_checkpoints(root)
     assert kept
     for path in kept:
