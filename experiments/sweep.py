@@ -328,8 +328,8 @@ def _finished(study: Any) -> list[Any]:
 
 def _resume_search(study: Any, folder: Path) -> int:
     """Enqueue a trial for every slot whose latest Optuna trial did not complete
-    and whose run can resume (the previous launch was killed or interrupted);
-    the stale trial is marked FAIL. **Returns:** slots enqueued."""
+    (the previous launch was killed or interrupted), unless its run FAILED; the
+    stale trial is marked FAIL. **Returns:** slots enqueued."""
     import optuna
 
     State = optuna.trial.TrialState
@@ -342,12 +342,16 @@ def _resume_search(study: Any, folder: Path) -> int:
     for slot, trial in sorted(latest.items()):
         if trial.state in (State.COMPLETE, State.WAITING):
             continue
-        status, _, resume = trial_state(folder / "trials" / f"{slot:04d}")
-        if status == "COMPLETED" or (status in _RESUMABLE and resume is not None):
-            if trial.state == State.RUNNING:
-                study.tell(trial.number, state=State.FAIL)
-            study.enqueue_trial(trial.params, user_attrs={"slot": slot})
-            enqueued += 1
+        status, _, _ = trial_state(folder / "trials" / f"{slot:04d}")
+        if status == "FAILED":
+            continue  # training failed (a non-finite loss): not retried
+        # Killed or interrupted: `run_trial` resumes it from its newest
+        # checkpoint, or starts it again if it wrote none; a run that completed
+        # before Optuna heard of it is only reported.
+        if trial.state == State.RUNNING:
+            study.tell(trial.number, state=State.FAIL)
+        study.enqueue_trial(trial.params, user_attrs={"slot": slot})
+        enqueued += 1
     return enqueued
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import runners
 from experiments import sweep
 from experiments._config import ConfigError
 
@@ -135,13 +136,15 @@ def test_a_killed_search_resumes_its_trial_when_relaunched(workdir):
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and first.poll() is None:
-            if any(checkpoints.glob("*/meta.json")):
+            if runners.latest_checkpoint(checkpoints) is not None:  # complete
                 break
             time.sleep(0.05)
     finally:
         os.killpg(first.pid, signal.SIGKILL)  # the launcher and its worker
         first.wait()
-    assert any(checkpoints.glob("*/meta.json")), (workdir / "first.log").read_text()
+    assert runners.latest_checkpoint(checkpoints) is not None, (
+        workdir / "first.log"
+    ).read_text()
     killed = json.loads((folder / "trials" / "0000" / "1" / "run.json").read_text())
     assert killed["status"] == "RUNNING"  # killed: Sacred could not say otherwise
 
