@@ -80,7 +80,7 @@ def parse(updates: list[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str,
         raise ConfigError(
             f"{named[0]}: not a 'key=value' update (named configs are not supported)"
         )
-    grid = {k: v for k, v in _flatten(parsed.pop("grid", {}) or {}).items()}
+    grid = _flatten(parsed.pop("grid", {}) or {})
     search_raw = _flatten(parsed.pop("search", {}) or {})
     for key, values in grid.items():
         if not isinstance(values, list | tuple) or not values:

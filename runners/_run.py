@@ -510,10 +510,16 @@ def run(
     gathered: Any = None
     t_train = time.perf_counter()
     steps = start_iter * per_iter
+
+    def greedy(agent_state: Any, num_episodes: int, fold: int) -> np.ndarray:
+        """`[num_runs, num_episodes]` greedy returns, with the evaluation keys
+        folded with `fold`."""
+        k = jax.vmap(lambda k: jr.fold_in(k, fold))(eval_keys)
+        return fetch(eval_compiled[num_episodes](agent_state, k, hparams))[:num_runs]
+
     if eval_at_start and start_iter == 0:
         # Keys of their own: the chunks' evaluations fold in the chunk index.
-        k = jax.vmap(lambda k: jr.fold_in(k, _START))(eval_keys)
-        returns = fetch(eval_compiled[eval_episodes](carry.agent_state, k, hparams))
+        returns = greedy(carry.agent_state, eval_episodes, _START)
         report = Report(
             env_steps=0,
             total_steps=total,
@@ -522,7 +528,7 @@ def run(
             wall_s=time.perf_counter() - t0,
             steps_per_s=0.0,
             train={},
-            eval_returns=[float(r) for r in returns[:num_runs].mean(axis=1)],
+            eval_returns=[float(r) for r in returns.mean(axis=1)],
             train_runs=None if sweep is None else [{} for _ in range(num_runs)],
         )
         reports.append(report)
@@ -537,9 +543,7 @@ def run(
         eval_returns = None
         if last or eval_every is not None:
             n = final_eval_episodes if last else eval_episodes
-            k = jax.vmap(lambda k: jr.fold_in(k, chunk))(eval_keys)
-            returns = fetch(eval_compiled[n](carry.agent_state, k, hparams))
-            returns = returns[:num_runs]
+            returns = greedy(carry.agent_state, n, chunk)
             eval_returns = [float(r) for r in returns.mean(axis=1)]
             if last:
                 final_returns = np.asarray(returns)

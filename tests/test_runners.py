@@ -166,21 +166,23 @@ def test_seed_vmap_equals_single_runs(agent_name):
         )
 
 
+# One two-seed PPO run on CartPole: the tests below make the same call, so that
+# the compiled programs are shared.
+PPO_RUN = {
+    "key": jr.PRNGKey(7),
+    "total_steps": 2048,
+    "num_envs": 4,
+    "num_seeds": 2,
+    "eval_every": 512,
+    "eval_episodes": 4,
+}
+
+
 def test_run_in_chunks_equals_one_call_and_reports_floats():
     agent, env = SMALL["ppo"](), envs.make("CartPole-v1")
     reports = []
     # 4 chunks of 8 iterations of 4 envs x 16 steps.
-    result = runners.run(
-        agent,
-        env,
-        key=jr.PRNGKey(7),
-        total_steps=2048,
-        num_envs=4,
-        num_seeds=2,
-        eval_every=512,
-        eval_episodes=4,
-        callback=reports.append,
-    )
+    result = runners.run(agent, env, **PPO_RUN, callback=reports.append)
     assert result.total_steps == 2048
     assert [r.env_steps for r in reports] == [512, 1024, 1536, 2048]
     assert all(isinstance(v, float) for r in reports for v in r.train.values())
@@ -245,17 +247,7 @@ def ppo_run():
     `test_run_in_chunks_equals_one_call_and_reports_floats`, so whichever runs
     second reuses the compiled programs."""
     agent, env = SMALL["ppo"](), envs.make("CartPole-v1")
-    result = runners.run(
-        agent,
-        env,
-        key=jr.PRNGKey(7),
-        total_steps=2048,
-        num_envs=4,
-        num_seeds=2,
-        eval_every=512,
-        eval_episodes=4,
-    )
-    return agent, env, result
+    return agent, env, runners.run(agent, env, **PPO_RUN)
 
 
 def _assert_same_shapes(a, b):
@@ -355,16 +347,7 @@ def test_eval_at_start_reports_the_untrained_agent_first(ppo_run):
     agent, env, plain = ppo_run
     seen = []
     result = runners.run(
-        agent,
-        env,
-        key=jr.PRNGKey(7),
-        total_steps=2048,
-        num_envs=4,
-        num_seeds=2,
-        eval_every=512,
-        eval_episodes=4,
-        eval_at_start=True,
-        callback=seen.append,
+        agent, env, **PPO_RUN, eval_at_start=True, callback=seen.append
     )
     first = result.reports[0]
     assert seen[0] is first
