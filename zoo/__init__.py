@@ -46,6 +46,7 @@ from ._on_policy import (
 )
 from ._ppo import PPO as PPO, PPOState as PPOState
 from ._pqn import PQN as PQN, PQNState as PQNState, lambda_returns as lambda_returns
+from ._pretrained import pretrained as pretrained, provenance as provenance
 from ._prioritized import (
     PrioritizedReplay as PrioritizedReplay,
     PrioritizedReplayState as PrioritizedReplayState,

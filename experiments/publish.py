@@ -1,0 +1,272 @@
+"""Train the pretrained zoo from the tuned configs: `python -m experiments.publish`.
+
+```bash
+python -m experiments.publish                       # every tuned pair
+python -m experiments.publish ppo:CartPole-v1 dqn:Acrobot-v1
+python -m experiments.publish --out /tmp/zoo ppo:CartPole-v1   # elsewhere
+```
+
+For each `(agent, env)` with a tuned config it trains the tuned block with
+`SEEDS` seeds (`MINATAR_SEEDS` on MinAtar) from `jr.PRNGKey(0)`, picks the seed
+with the best greedy return over 128 episodes, measures that seed again on 128
+fresh episodes (`EVAL_KEY`, so the selection does not flatter the figure), and
+ships it (`zoo.save`, plus a provenance JSON) when that return reaches the env's
+`TARGETS`. `index.json` records every pair tried and why one was not shipped.
+
+The same command on the same commit, libraries and machine writes the same
+files byte for byte: training and evaluation are seeded, the JSON is written with
+sorted keys and holds no time stamps. The provenance names the commit, so the
+code must be committed first (`--allow-dirty` records `+changes` instead).
+"""
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SEEDS = 4
+MINATAR_SEEDS = 2
+EPISODES = 128
+TRAIN_KEY = 0  # seed i of the run trains with jr.split(jr.PRNGKey(0), seeds)[i]
+SELECT_KEY = 1  # picks the best seed (`runners.evaluate`, seed i folds in i)
+EVAL_KEY = 2  # the shipped seed's recorded return
+LIBRARIES = ("jax", "jaxlib", "equinox", "optax", "gymnax", "numpy")
+
+# A pretrained agent ships when its greedy return reaches its env's target.
+TARGETS: dict[str, tuple[float, str]] = {
+    "CartPole-v1": (475.0, "Gymnasium's reward_threshold"),
+    "Acrobot-v1": (-100.0, "Gymnasium's reward_threshold"),
+    "MountainCar-v0": (-110.0, "Gymnasium's reward_threshold"),
+    "MountainCarContinuous-v0": (90.0, "Gymnasium's reward_threshold"),
+    "Pendulum-v1": (
+        -200.0,
+        "no Gymnasium threshold; rl-baselines3-zoo's agents reach -150 to -175",
+    ),
+    "Breakout-MinAtar": (10.0, "MinAtar paper's DQN, 5M steps"),
+    "Asterix-MinAtar": (17.0, "MinAtar paper's DQN, 5M steps"),
+    "Freeway-MinAtar": (50.0, "MinAtar paper's DQN, 5M steps"),
+    "SpaceInvaders-MinAtar": (43.0, "MinAtar paper's DQN, 5M steps"),
+}
+
+
+class PublishError(Exception):
+    """Bad arguments, said in one line before anything trains."""
+
+
+def seeds_for(env: str) -> int:
+    return MINATAR_SEEDS if "MinAtar" in env else SEEDS
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def commit(allow_dirty: bool) -> str:
+    """The commit the files are made from; refuses uncommitted code."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    try:
+        head = git("rev-parse", "HEAD")
+        dirty = git(
+            "status", "--porcelain", "--", "zoo", "envs", "runners", "experiments"
+        )
+    except (OSError, subprocess.CalledProcessError):
+        if allow_dirty:
+            return "unknown"
+        raise PublishError(
+            "not a git checkout: the provenance must name the commit that trains "
+            "the files; publish from a clone, or pass --allow-dirty"
+        ) from None
+    changed = [line for line in dirty.splitlines() if "zoo/pretrained/" not in line[3:]]
+    if changed and not allow_dirty:
+        raise PublishError(
+            f"uncommitted changes in the code ({changed[0][3:]}, ...): commit them "
+            "first so the provenance names a commit that reproduces the files, or "
+            "pass --allow-dirty"
+        )
+    return head + ("+changes" if changed else "")
+
+
+def parse_pairs(specs: list[str]) -> list[tuple[str, str]]:
+    import experiments
+
+    tuned = experiments.pairs()
+    if not specs:
+        return tuned
+    pairs = []
+    for spec in specs:
+        agent, sep, env = spec.partition(":")
+        if not sep or (agent, env) not in tuned:
+            raise PublishError(
+                f"{spec!r} is not a tuned agent:env pair; tuned pairs: "
+                + ", ".join(f"{a}:{e}" for a, e in tuned)
+            )
+        pairs.append((agent, env))
+    return pairs
+
+
+def publish_pair(agent_name: str, env_name: str, out: Path, head: str) -> dict:
+    """Train, select, measure and (when it reaches the target) write one pair.
+    **Returns:** its `index.json` entry."""
+    import jax.random as jr
+    import numpy as np
+
+    import envs
+    import experiments
+    import runners
+    import zoo
+    from zoo._pretrained import file_stem
+
+    tuned = experiments.tuned(agent_name, env_name)
+    agent = zoo.make(agent_name, **tuned.hp)
+    env = envs.make(env_name)
+    seeds = seeds_for(env_name)
+    target, target_source = TARGETS[env_name]
+    t0 = time.perf_counter()
+    result = runners.run(
+        agent,
+        env,
+        key=jr.PRNGKey(TRAIN_KEY),
+        num_seeds=seeds,
+        total_steps=tuned.run["total_steps"],
+        num_envs=tuned.run["num_envs"],
+        eval_every=None,
+        eval_episodes=1,
+    )
+    select = runners.evaluate(
+        agent, result.state, env, key=jr.PRNGKey(SELECT_KEY), num_episodes=EPISODES
+    )
+    select_means = np.asarray(select).mean(axis=1)
+    best = int(np.argmax(select_means))
+    state = runners.seed_state(result.state, best).agent_state
+    returns = np.asarray(
+        runners.evaluate(
+            agent, state, env, key=jr.PRNGKey(EVAL_KEY), num_episodes=EPISODES
+        )
+    )
+    mean = float(returns.mean())
+    entry: dict[str, Any] = {
+        "agent": agent_name,
+        "env": env_name,
+        "return_mean": round(mean, 4),
+        "target": target,
+        "seed_means": [round(float(m), 4) for m in select_means],
+    }
+    stem = file_stem(agent_name, env_name)
+    if mean < target:
+        entry["shipped"] = False
+        entry["reason"] = (
+            f"its best of {seeds} seeds returned {mean:.1f} over {EPISODES} "
+            f"episodes, short of the target {target:g} ({target_source})"
+        )
+        for suffix in (".eqx", ".json"):
+            (out / f"{stem}{suffix}").unlink(missing_ok=True)
+    else:
+        entry["shipped"] = True
+        zoo.save(
+            out / f"{stem}.eqx", agent, state, env.observation_space, env.action_space
+        )
+        prov = {
+            "agent": agent_name,
+            "env": env_name,
+            "command": f"python -m experiments.publish {agent_name}:{env_name}",
+            "hp": tuned.hp,
+            "total_steps": tuned.run["total_steps"],
+            "num_envs": tuned.run["num_envs"],
+            "train_key": f"jr.split(jr.PRNGKey({TRAIN_KEY}), {seeds})[{best}]",
+            "seed": best,
+            "num_seeds": seeds,
+            "selected_by": (
+                f"best mean greedy return over {EPISODES} episodes with "
+                f"runners.evaluate(key=jr.PRNGKey({SELECT_KEY})) (all seeds)"
+            ),
+            "eval_key": EVAL_KEY,
+            "episodes": EPISODES,
+            "return_mean": round(mean, 4),
+            "return_std": round(float(returns.std()), 4),
+            "return_min": round(float(returns.min()), 4),
+            "target": target,
+            "target_source": target_source,
+            "commit": head,
+            "versions": versions(),
+        }
+        write_json(out / f"{stem}.json", prov)
+    entry["seconds"] = round(time.perf_counter() - t0, 1)
+    return entry
+
+
+def write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from zoo._pretrained import DIR, INDEX
+
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.publish",
+        description="Train the pretrained zoo from the tuned configs.",
+    )
+    parser.add_argument(
+        "pairs", nargs="*", metavar="AGENT:ENV", help="pairs to publish (default: all)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=DIR, help=f"folder of the files (default {DIR})"
+    )
+    parser.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="publish from uncommitted code (the provenance says +changes)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        pairs = parse_pairs(args.pairs)
+        missing = sorted({e for _, e in pairs} - set(TARGETS))
+        if missing:
+            raise PublishError(f"no target for {missing}: add them to TARGETS")
+        head = commit(args.allow_dirty)
+        args.out.mkdir(parents=True, exist_ok=True)
+    except PublishError as error:
+        print(f"publish: {error}", file=sys.stderr)
+        return 2
+    from experiments import _jax_setup
+
+    _jax_setup.set_xla_flags()  # the flags every equizoo run trains with
+    _jax_setup.enable_compilation_cache()
+    index_path = args.out / INDEX
+    index = json.loads(index_path.read_text()) if index_path.is_file() else {}
+    for i, (agent, env) in enumerate(pairs, 1):
+        print(f"[{i}/{len(pairs)}] {agent} on {env} ...", flush=True)
+        entry = publish_pair(agent, env, args.out, head)
+        seconds = entry.pop("seconds")
+        index[f"{agent}:{env}"] = entry
+        write_json(index_path, dict(sorted(index.items())))
+        verdict = "shipped" if entry["shipped"] else "not shipped"
+        print(
+            f"    {entry['return_mean']:.1f} (target {entry['target']:g}): "
+            f"{verdict}, {seconds:.0f} s",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
