@@ -1,9 +1,6 @@
 """Resolving and validating an experiment's config, before anything compiles."""
 
-import copy
 import difflib
-import functools
-from pathlib import Path
 from typing import Any
 
 from . import configs
@@ -14,18 +11,6 @@ NUM_EVALS = configs.NUM_EVALS
 # Env steps (per seed) between checkpoints, and how many to keep.
 CHECKPOINT_EVERY = 100_000
 KEEP_CHECKPOINTS = 2
-# What a resumed run may change: `total_steps` (only upwards) and settings that
-# do not change what is computed.
-RESUME_MAY_CHANGE = (
-    "resume",
-    "total_steps",
-    "checkpoint_every",
-    "keep_checkpoints",
-    "progress",
-    "compilation_cache",
-    "devices",
-    "distributed",
-)
 
 
 class ConfigError(SacredError):
@@ -55,67 +40,6 @@ def eval_every(agent: Any, env: Any, total_steps: Any) -> int | None:
     if type(total_steps) is not int or total_steps <= 0:
         return None  # invalid; `validate` says so
     return max(total_steps // NUM_EVALS, 1)
-
-
-def checkpoint_root(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "checkpoints"
-
-
-def resume_checkpoint(resume: Any) -> Path:
-    """The newest checkpoint of the run folder `resume`, checked to be complete
-    (its `state.eqx` holds what its `meta.json` lists) from the array headers,
-    without reading the data.
-
-    **Raises:** `ConfigError` naming `resume` and what is wrong.
-    """
-    import runners
-
-    if not isinstance(resume, str | Path) or not str(resume):
-        raise ConfigError(
-            f"resume: expected a run folder (e.g. runs/1), got {resume!r}"
-        )
-    run_dir = Path(resume)
-    if not run_dir.is_dir():
-        raise ConfigError(f"resume: no run folder {str(run_dir)!r}")
-    root = checkpoint_root(run_dir)
-    latest = runners.latest_checkpoint(root)
-    if latest is None:
-        raise ConfigError(
-            f"resume: {str(run_dir)!r} has no checkpoint (nothing complete in "
-            f"{str(root)!r})"
-        )
-    try:
-        meta = runners.read_meta(latest)
-        runners.verify_checkpoint(latest, meta)
-    except runners.CheckpointError as e:
-        raise ConfigError(f"resume: {e}") from None
-    if not isinstance(meta.get("config"), dict):
-        raise ConfigError(f"resume: {str(latest)!r} records no run config")
-    return latest
-
-
-@functools.lru_cache(maxsize=8)
-def _resumed_config(resume: str) -> dict[str, Any] | None:
-    import runners
-
-    latest = runners.latest_checkpoint(checkpoint_root(resume))
-    try:
-        meta = runners.read_meta(latest) if latest is not None else None
-    except runners.CheckpointError:
-        return None
-    config = meta.get("config") if meta is not None else None
-    return config if isinstance(config, dict) else None
-
-
-def resumed(resume: Any, key: str, default: Any) -> Any:
-    """For the config scope: `key` of the config of the run `resume` continues,
-    else `default` (no `resume`, or one `validate` will reject)."""
-    if not isinstance(resume, str) or not resume:
-        return default
-    config = _resumed_config(resume)
-    if config is None or key not in config:
-        return default
-    return copy.deepcopy(config[key])
 
 
 def resolved_hp(agent: Any, env: Any) -> dict[str, Any]:
@@ -179,6 +103,7 @@ KEYS = (
     "devices",
     "bitwise",
     "distributed",
+    "video",
 )
 _RUN_INTS = (
     "num_seeds",
@@ -207,7 +132,9 @@ def validate(config: dict[str, Any]) -> list[str]:
             f"{unknown[0]}: unknown config key.{hint} Valid keys: {sorted(KEYS)}"
         )
     if config["resume"] is not None:
-        _check_resume(config)
+        from experiments import _resume
+
+        _resume.check(config)
     import envs
     import runners
     import zoo
@@ -233,7 +160,7 @@ def validate(config: dict[str, Any]) -> list[str]:
         raise ConfigError(
             f"checkpoint_every: expected a positive integer or None, got {every!r}"
         )
-    for key in ("progress", "compilation_cache", "bitwise", "eval_at_start"):
+    for key in ("progress", "compilation_cache", "bitwise", "eval_at_start", "video"):
         if not isinstance(config[key], bool):
             raise ConfigError(f"{key}: expected True or False, got {config[key]!r}")
     if not isinstance(config["hp"], dict):
@@ -266,6 +193,19 @@ def validate(config: dict[str, Any]) -> list[str]:
         raise ConfigError(f"agent={agent_name} env={env_name}: {e}") from None
     if config["sweep"] or config["sweep_samples"]:
         _check_sweep(config, agent, env)
+    if config["video"] and (config["sweep"] or config["sweep_samples"]):
+        raise ConfigError(
+            "video: a sweep films nothing; train the member you want to see alone "
+            "(its command is printed at the end of the sweep) with video=True"
+        )
+    if config["video"]:
+        from envs.render import RENDERABLE, renderable
+
+        if not renderable(env):
+            raise ConfigError(
+                f"video: {env_name} has no renderer; envs that render: "
+                f"{', '.join(RENDERABLE)}"
+            )
 
     block = configs.tuned(agent_name, env_name)
     if block is None:
@@ -317,59 +257,3 @@ def _check_sweep(config: dict[str, Any], agent: Any, env: Any) -> None:
             "only a sweep of one program (float hyperparameters only) resumes; "
             "rerun the sweep, or sweep each program's values as its own run"
         )
-
-
-def _check_resume(config: dict[str, Any]) -> None:
-    """A resumed run keeps its original's config: refuse any other override."""
-    latest = resume_checkpoint(config["resume"])
-    meta = _checkpoint_meta(latest)
-    original = meta["config"]
-    where = f"the run in {str(config['resume'])!r}"
-    for key in ("agent", "env"):
-        if config[key] != original.get(key):
-            raise ConfigError(
-                f"resume: {str(latest)!r} is a checkpoint of {key} "
-                f"{original.get(key)!r}, not {config[key]!r}"
-            )
-    changed = []
-    for key in KEYS:
-        if key in RESUME_MAY_CHANGE or key not in original:
-            continue
-        if key == "hp" and isinstance(config["hp"], dict):
-            hp = original["hp"]
-            changed += [
-                (f"hp.{k}", v, hp.get(k))
-                for k, v in config["hp"].items()
-                if k not in hp or hp[k] != v
-            ]
-        elif config[key] != original[key]:
-            changed.append((key, config[key], original[key]))
-    if changed:
-        key, value, was = changed[0]
-        raise ConfigError(
-            f"{key}: {value!r} conflicts with {where}, which has {key}={was!r}; a "
-            f"resumed run keeps its config (it may change only "
-            f"{', '.join(RESUME_MAY_CHANGE[1:])})"
-        )
-    total, done = config["total_steps"], meta["env_steps"]
-    planned = meta["plan"]["total_steps"]
-    if type(total) is int and total < original["total_steps"]:
-        raise ConfigError(
-            f"total_steps: {total!r} is below the {original['total_steps']} of "
-            f"{where}; a resumed run trains to at least its original's total"
-        )
-    if type(total) is int and done >= max(total, planned):
-        raise ConfigError(
-            f"resume: {where} already reached total_steps={total} ({done} env "
-            f"steps in {str(latest)!r}); give a larger total_steps to continue it"
-        )
-
-
-def _checkpoint_meta(latest: Path) -> dict[str, Any]:
-    import runners
-
-    meta = runners.read_meta(latest)
-    for key in ("env_steps", "plan", "config"):
-        if key not in meta:
-            raise ConfigError(f"resume: {str(latest)!r} records no {key!r}")
-    return meta

@@ -11,7 +11,7 @@ FINAL_STATE = "final_state.eqx"
 FINAL_META = "final_state.json"
 
 
-def _where(path: Path) -> tuple[Path, Path]:
+def where(path: Path) -> tuple[Path, Path]:
     """`(state file, header file)` of a run folder's final state, else of its
     newest checkpoint; or of the checkpoint folder `path`."""
     import runners
@@ -81,7 +81,7 @@ def _load(path: Path) -> tuple[Any, Any, Any, dict[str, Any]]:
     import runners
     import zoo
 
-    state_file, header_file = _where(path)
+    state_file, header_file = where(path)
     header = json.loads(header_file.read_text())
     agent = zoo.make(header["agent"], **header["hp"])
     env = envs.make(header["env"], **header.get("env_params", {}))

@@ -1,0 +1,265 @@
+"""Resuming a recorded run: its config, its newest checkpoint, the plan that
+continues it, and the command that resumes it after a stop."""
+
+import ast
+import copy
+import functools
+import shlex
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from experiments import _distributed, _experiment
+from experiments._config import KEYS, ConfigError, sweep_programs
+from experiments._interrupt import Interrupted
+from experiments._sacred import MongoObserver
+
+# What a resumed run may change: `total_steps` (only upwards) and settings that
+# do not change what is computed.
+RESUME_MAY_CHANGE = (
+    "resume",
+    "total_steps",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "progress",
+    "compilation_cache",
+    "devices",
+    "distributed",
+    "video",
+)
+
+
+def checkpoint_root(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def resume_checkpoint(resume: Any) -> Path:
+    """The newest checkpoint of the run folder `resume`, checked to be complete
+    (its `state.eqx` holds what its `meta.json` lists) from the array headers,
+    without reading the data.
+
+    **Raises:** `ConfigError` naming `resume` and what is wrong.
+    """
+    import runners
+
+    if not isinstance(resume, str | Path) or not str(resume):
+        raise ConfigError(
+            f"resume: expected a run folder (e.g. runs/1), got {resume!r}"
+        )
+    run_dir = Path(resume)
+    if not run_dir.is_dir():
+        raise ConfigError(f"resume: no run folder {str(run_dir)!r}")
+    root = checkpoint_root(run_dir)
+    latest = runners.latest_checkpoint(root)
+    if latest is None:
+        raise ConfigError(
+            f"resume: {str(run_dir)!r} has no checkpoint (nothing complete in "
+            f"{str(root)!r})"
+        )
+    try:
+        meta = runners.read_meta(latest)
+        runners.verify_checkpoint(latest, meta)
+    except runners.CheckpointError as e:
+        raise ConfigError(f"resume: {e}") from None
+    if not isinstance(meta.get("config"), dict):
+        raise ConfigError(f"resume: {str(latest)!r} records no run config")
+    return latest
+
+
+@functools.lru_cache(maxsize=8)
+def _resumed_config(resume: str) -> dict[str, Any] | None:
+    import runners
+
+    latest = runners.latest_checkpoint(checkpoint_root(resume))
+    try:
+        meta = runners.read_meta(latest) if latest is not None else None
+    except runners.CheckpointError:
+        return None
+    config = meta.get("config") if meta is not None else None
+    return config if isinstance(config, dict) else None
+
+
+def resumed(resume: Any, key: str, default: Any) -> Any:
+    """For the config scope: `key` of the config of the run `resume` continues,
+    else `default` (no `resume`, or one `validate` will reject)."""
+    if not isinstance(resume, str) or not resume:
+        return default
+    config = _resumed_config(resume)
+    if config is None or key not in config:
+        return default
+    return copy.deepcopy(config[key])
+
+
+def check(config: dict[str, Any]) -> None:
+    """A resumed run keeps its original's config: refuse any other override."""
+    latest = resume_checkpoint(config["resume"])
+    meta = checkpoint_meta(latest)
+    original = meta["config"]
+    where = f"the run in {str(config['resume'])!r}"
+    for key in ("agent", "env"):
+        if config[key] != original.get(key):
+            raise ConfigError(
+                f"resume: {str(latest)!r} is a checkpoint of {key} "
+                f"{original.get(key)!r}, not {config[key]!r}"
+            )
+    changed = []
+    for key in KEYS:
+        if key in RESUME_MAY_CHANGE or key not in original:
+            continue
+        if key == "hp" and isinstance(config["hp"], dict):
+            hp = original["hp"]
+            changed += [
+                (f"hp.{k}", v, hp.get(k))
+                for k, v in config["hp"].items()
+                if k not in hp or hp[k] != v
+            ]
+        elif config[key] != original[key]:
+            changed.append((key, config[key], original[key]))
+    if changed:
+        key, value, was = changed[0]
+        raise ConfigError(
+            f"{key}: {value!r} conflicts with {where}, which has {key}={was!r}; a "
+            f"resumed run keeps its config (it may change only "
+            f"{', '.join(RESUME_MAY_CHANGE[1:])})"
+        )
+    total, done = config["total_steps"], meta["env_steps"]
+    planned = meta["plan"]["total_steps"]
+    if type(total) is int and total < original["total_steps"]:
+        raise ConfigError(
+            f"total_steps: {total!r} is below the {original['total_steps']} of "
+            f"{where}; a resumed run trains to at least its original's total"
+        )
+    if type(total) is int and done >= max(total, planned):
+        raise ConfigError(
+            f"resume: {where} already reached total_steps={total} ({done} env "
+            f"steps in {str(latest)!r}); give a larger total_steps to continue it"
+        )
+
+
+def checkpoint_meta(latest: Path) -> dict[str, Any]:
+    import runners
+
+    meta = runners.read_meta(latest)
+    for key in ("env_steps", "plan", "config"):
+        if key not in meta:
+            raise ConfigError(f"resume: {str(latest)!r} records no {key!r}")
+    return meta
+
+
+def load(
+    resume: str,
+    agent: Any,
+    env: Any,
+    config: dict[str, Any],
+    chunks: tuple[int, int],
+) -> tuple[Any, tuple[int, int], dict[str, Any]]:
+    """The carry of the newest checkpoint of the run folder `resume`, the plan
+    that continues it to `config["total_steps"]`, and what `info.resumed_from`
+    records."""
+    import math
+
+    import runners
+
+    latest = resume_checkpoint(resume)
+    like = template(agent, env, config)
+    try:
+        state, meta = runners.load_checkpoint(
+            latest, like, expect={"agent": config["agent"], "env": config["env"]}
+        )
+    except runners.CheckpointError as e:
+        raise ConfigError(f"resume: {e}") from None
+    num_chunks, chunk_iters = meta["plan"]["chunks"]
+    # The original's chunks, so that evaluations and metrics fall where they
+    # did; more of them if total_steps grew.
+    iterations = runners.num_iterations(
+        agent, config["num_envs"], config["total_steps"]
+    )
+    num_chunks = max(num_chunks, math.ceil(iterations / chunk_iters))
+    info = {
+        "run_dir": str(resume),
+        "checkpoint": str(latest),
+        "env_steps": int(meta["env_steps"]),
+        "run_id": meta.get("run_id"),
+    }
+    return state, (num_chunks, chunk_iters), info
+
+
+def template(agent: Any, env: Any, config: dict[str, Any]) -> Any:
+    """Shapes and dtypes of the training carry the run `config` records (no
+    computation)."""
+    import runners
+
+    return runners.state_template(
+        agent,
+        env,
+        num_envs=config["num_envs"],
+        total_steps=config["total_steps"],
+        num_seeds=config.get("num_runs") or num_runs(config, agent),
+    )
+
+
+def num_runs(config: dict[str, Any], agent: Any) -> int:
+    """Runs of a (one-program) sweep's state: members x seeds; else seeds."""
+    if not (config.get("sweep") or config.get("sweep_samples")):
+        return config["num_seeds"]
+    members, _ = sweep_programs(config, agent)
+    return len(members) * config["num_seeds"]
+
+
+def resume_command(run: Any) -> str:
+    """The shell command that continues `run` from its newest checkpoint."""
+    run_dir = _experiment.file_dir(run)
+    assert run_dir is not None
+    parts = ["python", "-m", "experiments.run"]
+    basedir = run_dir.parent
+    if basedir != _experiment.RUNS_DIR:
+        parts += ["-F", str(basedir)]
+    for observer in run.observers:
+        spec = getattr(observer, "equizoo_spec", None)
+        if isinstance(observer, MongoObserver) and spec:
+            parts += ["-m", spec]  # the resumed run records there too
+    value = str(run_dir)
+    try:
+        ast.literal_eval(value)
+        value = repr(value)  # Sacred would read it as a Python literal
+    except (ValueError, SyntaxError):
+        pass
+    parts += ["with", f"resume={value}"]
+    return shlex.join(parts)
+
+
+def peer_lost(run: Any, error: Exception, root: Path | None) -> str:
+    """What a process says when another of its run is lost."""
+    import runners
+
+    if not _distributed.is_main():
+        return (
+            f"{error}; resume from the last checkpoint in process 0's run folder "
+            "(`with resume=<run folder>` on every process)"
+        )
+    last = runners.latest_checkpoint(root) if root is not None else None
+    if last is None:
+        return f"{error}; no checkpoint yet, so start the run again"
+    return (
+        f"{error}; the last checkpoint is {last}. Resume with, on every process "
+        f"(its distributed settings as before):\n  {resume_command(run)}"
+    )
+
+
+def interrupted(run: Any, signum: int | None, checkpoint: Path | None) -> None:
+    """Raise `Interrupted` for a run stopped by signal `signum` (`None`: one sent
+    to another process of a multi-process run), naming its checkpoint."""
+    name = "another process's signal" if signum is None else signal.Signals(signum).name
+    signum = signal.SIGINT if signum is None else signum
+    if not _distributed.is_main():
+        message = f"{name}: training stopped; process 0 wrote the checkpoint"
+    elif checkpoint is None:
+        message = f"{name}: training stopped; not recorded, so it cannot be resumed"
+    else:
+        message = (
+            f"{name}: training stopped at {int(checkpoint.name):,} env steps, "
+            f"checkpoint in {checkpoint}. Resume with:\n  {resume_command(run)}"
+        )
+    print(message, file=sys.stderr, flush=True)
+    raise Interrupted(message, signum)
