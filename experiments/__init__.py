@@ -1,4 +1,8 @@
-"""Sacred experiments around the zoo: `python -m experiments.run with agent=dqn`.
+"""Sacred experiments around the zoo: `python -m experiments.run with agent=dqn`
+trains, `python -m experiments.evaluate with run=runs/3` plays greedy episodes
+(and films them), `python -m experiments.plot runs/1 runs/2` compares runs,
+`python -m experiments.sweep` launches sweeps of runs and `python -m
+experiments.publish` retrains the pretrained zoo (docs/using.md).
 
 From Python, `experiments.tuned(agent, env)` gives the tuned hyperparameters and
 run settings the CLI trains with, and `experiments.load_run("runs/3", seed=0)`

@@ -1,0 +1,276 @@
+# Sacred's config scope defines its entries as local variables, unused to Python.
+# ruff: noqa: F841
+"""Play greedy episodes with a trained agent, as a Sacred experiment.
+
+    python -m experiments.evaluate with run=runs/3              # its final state
+    python -m experiments.evaluate with run=runs/3 seed=2 episodes=32
+    python -m experiments.evaluate with agent=ppo env=CartPole-v1   # pretrained
+    python -m experiments.evaluate with agent=ppo env=CartPole-v1 video=True
+
+Reports the mean, std, min and every episode's return; records go where training
+records go (`runs/`, `-F DIR`, `-m` MongoDB, `-u` none). With `video=True` the
+first `video_episodes` episodes are drawn to a GIF (and an MP4 when imageio's
+ffmpeg is installed), an artifact of the record (`videos/` when unobserved).
+"""
+
+import time
+
+_T_START = time.perf_counter()
+
+from experiments import _jax_setup  # noqa: E402
+
+if __name__ == "__main__":
+    _jax_setup.set_xla_flags()  # before JAX starts, as for training
+
+import json  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import textwrap  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+from experiments import _experiment, _load  # noqa: E402
+from experiments._sacred import SacredError  # noqa: E402
+
+
+class EvaluateError(SacredError):
+    """Bad input to `experiments.evaluate`: one line, no traceback."""
+
+    def __init__(self, message: str):
+        super().__init__(message, print_traceback=False)
+
+
+EvaluateError.__module__ = "experiments.evaluate"
+
+ex = _experiment.experiment("equizoo-evaluate")
+
+
+@ex.config
+def config():
+    # a recorded run folder (e.g. "runs/3"): its final state, else its newest
+    # checkpoint; or one checkpoint folder (runs/3/checkpoints/50000)
+    run = None
+    # which seed of the run (in a sweep, which run: member * num_seeds + seed)
+    seed = 0
+    # without `run`: the pretrained agent (zoo.pretrained(agent, env))
+    agent = None
+    env = None
+    # greedy episodes to play (in parallel)
+    episodes = 128
+    # PRNG seed of the episodes (episode starts and env randomness)
+    key = 0
+    # steps after which an unfinished episode counts what it earned
+    max_steps = 100_000
+    # draw the first `video_episodes` episodes to a GIF (MP4 too with ffmpeg)
+    video = False
+    video_episodes = 1
+    # frames per second of the video
+    fps = 30
+    # JAX persistent compilation cache (as for training)
+    compilation_cache = _jax_setup.cache_enabled_by_default()
+
+
+KEYS = (
+    "run",
+    "seed",
+    "agent",
+    "env",
+    "episodes",
+    "key",
+    "max_steps",
+    "video",
+    "video_episodes",
+    "fps",
+    "compilation_cache",
+)
+
+
+def check(config: dict[str, Any]) -> dict[str, Any]:
+    """Validate `config` without loading weights or compiling.
+
+    **Returns:** what to load: `{"run": Path, "header": dict}` or
+    `{"agent": str, "env": str}` (pretrained).
+
+    **Raises:** `EvaluateError` naming the key and the fix.
+    """
+    unknown = sorted(set(config) - set(KEYS) - {"seed"})
+    if unknown:
+        raise EvaluateError(f"unknown config key(s) {unknown}; valid: {list(KEYS)}")
+    for name in ("episodes", "max_steps", "video_episodes", "fps"):
+        value = config[name]
+        if type(value) is not int or value < 1:
+            raise EvaluateError(f"{name}: expected a positive int, got {value!r}")
+    if type(config["key"]) is not int or config["key"] < 0:
+        raise EvaluateError(f"key: expected an int >= 0, got {config['key']!r}")
+    if type(config["video"]) is not bool:
+        raise EvaluateError(f"video: expected True or False, got {config['video']!r}")
+    if config["video"] and config["video_episodes"] > config["episodes"]:
+        raise EvaluateError(
+            f"video_episodes: {config['video_episodes']} is more than the "
+            f"{config['episodes']} episodes played; lower it or raise episodes"
+        )
+    run = config["run"]
+    if run is not None:
+        target = _from_run(config)
+    elif config["agent"] is None or config["env"] is None:
+        raise EvaluateError(
+            "nothing to evaluate: give a recorded run (with run=runs/3) or a "
+            "pretrained agent (with agent=ppo env=CartPole-v1; zoo.pretrained() "
+            "lists them)"
+        )
+    else:
+        import zoo
+
+        try:
+            zoo.provenance(config["agent"], config["env"])
+        except ValueError as e:
+            raise EvaluateError(f"agent, env: {e}") from None
+        target = {"agent": config["agent"], "env": config["env"]}
+    if config["video"]:
+        from envs.render import RENDERABLE, renderable
+
+        if not renderable(target["env"]):
+            raise EvaluateError(
+                f"video: {target['env']} has no renderer; envs that render: "
+                f"{', '.join(RENDERABLE)}"
+            )
+    return target
+
+
+def _from_run(config: dict[str, Any]) -> dict[str, Any]:
+    run = config["run"]
+    if not isinstance(run, str | Path) or not str(run):
+        raise EvaluateError(f"run: expected a run folder (e.g. runs/3), got {run!r}")
+    try:
+        _, header_file = _load.where(Path(run))
+        header = json.loads(header_file.read_text())
+    except FileNotFoundError as e:
+        raise EvaluateError(f"run: {e}") from None
+    except (OSError, ValueError) as e:
+        raise EvaluateError(f"run: cannot read {run}'s record ({e})") from None
+    for name in ("agent", "env"):
+        if config[name] is not None and config[name] != header.get(name):
+            raise EvaluateError(
+                f"{name}: {run} trained {name} {header.get(name)!r}, not "
+                f"{config[name]!r}; leave {name} unset to evaluate the run"
+            )
+    num_runs = header.get("num_runs") or header.get("num_seeds", 1)
+    seed = config["seed"]
+    if type(seed) is not int or not 0 <= seed < num_runs:
+        raise EvaluateError(
+            f"seed: {seed!r} is not a seed of {run}, which trained {num_runs} "
+            f"run(s): 0 to {num_runs - 1}"
+        )
+    return {"run": Path(run), "agent": header["agent"], "env": header["env"]}
+
+
+@ex.config_hook
+def _validate(config, command_name, logger):
+    check(config)  # before observers start, for every command
+    return {}
+
+
+@ex.main
+def main(_run: Any) -> float:
+    """Play `episodes` greedy episodes; log and print their returns.
+
+    **Returns:** the mean return (Sacred stores it as the run's result).
+    """
+    config = dict(_run.config)
+    target = check(config)
+    if config["compilation_cache"]:
+        _jax_setup.enable_compilation_cache()
+    import jax.random as jr
+    import numpy as np
+
+    import runners
+    import zoo
+
+    if "run" in target:
+        try:
+            agent, state, env = _load.load_run(target["run"], seed=config["seed"])
+        except Exception as e:  # a damaged checkpoint, another agent's data
+            raise EvaluateError(f"run: cannot load {target['run']}: {e}") from None
+        what = f"{target['run']} seed {config['seed']}"
+    else:
+        import envs
+
+        agent, state = zoo.pretrained(target["agent"], target["env"])
+        env = envs.make(target["env"])
+        what = "pretrained"
+    name = f"{target['agent']} on {target['env']} ({what})"
+    returns = np.asarray(
+        runners.evaluate(
+            agent,
+            state,
+            env,
+            key=jr.PRNGKey(config["key"]),
+            num_episodes=config["episodes"],
+            max_steps=config["max_steps"],
+        )
+    )
+    mean, std, low = float(returns.mean()), float(returns.std()), float(returns.min())
+    for i, r in enumerate(returns):
+        _run.log_scalar("eval.return", float(r), i)
+    _run.info.update(
+        agent=target["agent"],
+        env=target["env"],
+        source=what,
+        return_mean=mean,
+        return_std=std,
+        return_min=low,
+        return_max=float(returns.max()),
+        returns=[float(r) for r in returns],
+    )
+    videos = []
+    if config["video"]:
+        videos = _video(_run, agent, state, env, name, config)
+    episodes = " ".join(f"{r:g}" for r in returns.round(1))
+    print(
+        f"{name}: greedy return {mean:.1f} ± {std:.1f}, min {low:.1f}, over "
+        f"{len(returns)} episodes\nper episode: "
+        + textwrap.fill(episodes, 88, subsequent_indent="  ")
+        + "".join(f"\nvideo: {v}" for v in videos)
+        + f"\n{_experiment.where(_run)}; {time.perf_counter() - _T_START:.1f} s",
+        flush=True,
+    )
+    return mean
+
+
+def _video(
+    run: Any, agent: Any, state: Any, env: Any, name: str, config: dict[str, Any]
+) -> list[str]:
+    """Film the first `video_episodes` episodes (the same starts as the first
+    evaluated episodes' only when `video_episodes == episodes`)."""
+    import jax.random as jr
+
+    from experiments import _video
+
+    episodes = _video.record_episodes(
+        agent,
+        state,
+        env,
+        key=jr.PRNGKey(config["key"]),
+        num_episodes=config["video_episodes"],
+        max_steps=min(config["max_steps"], 10_000),
+    )
+    frames = [frame for episode in episodes.frames for frame in episode]
+    stem = f"{config['agent'] or run.info['agent']}__{run.info['env']}".replace(
+        "/", "_"
+    )
+    run.info["video_returns"] = [float(r) for r in episodes.returns]
+    if not run.observers:
+        out = Path("videos")
+        out.mkdir(exist_ok=True)
+        return [str(p) for p in _video.write_video(frames, out / stem, config["fps"])]
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = _video.write_video(frames, Path(tmp) / stem, config["fps"])
+        for path in paths:
+            run.add_artifact(str(path), path.name)
+    where = _experiment.file_dir(run)
+    return [str(where / p.name) if where else p.name for p in paths]
+
+
+if __name__ == "__main__":
+    ex.run_commandline()
+    sys.exit(0)

@@ -1,0 +1,243 @@
+"""Using trained agents: the pretrained zoo, `experiments.publish` and
+`experiments.evaluate` (pretrained agents, recorded runs, videos, bad input)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax.random as jr
+import numpy as np
+import pytest
+
+import envs
+import runners
+import zoo
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cli(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT)
+    env["EQUIZOO_CACHE_DIR"] = str(cwd / "jax-cache")  # hermetic
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_pretrained_lists_and_refuses_unknown_pairs():
+    pairs = zoo.pretrained()
+    assert ("ppo", "CartPole-v1") in pairs
+    assert pairs == sorted(pairs)
+    with pytest.raises(
+        ValueError, match=r"no pretrained ppo on 'Nope-v0'.*ppo:CartPole"
+    ):
+        zoo.pretrained("ppo", "Nope-v0")
+    with pytest.raises(ValueError, match="pass both agent and env"):
+        zoo.pretrained("ppo")
+    index = json.loads((zoo._pretrained.DIR / "index.json").read_text())
+    unshipped = [v for v in index.values() if not v["shipped"]]
+    for entry in unshipped:  # a pair tried but short of its target says so
+        with pytest.raises(ValueError, match="short of the target"):
+            zoo.pretrained(entry["agent"], entry["env"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pair", zoo.pretrained(), ids=lambda p: f"{p[0]}:{p[1]}")
+def test_every_pretrained_agent_reaches_its_target(pair):
+    """Each shipped agent loads and plays its recorded evaluation again: the same
+    return, at least its target."""
+    agent_name, env_name = pair
+    prov = zoo.provenance(agent_name, env_name)
+    agent, state = zoo.pretrained(agent_name, env_name)
+    assert type(agent) is zoo.AGENTS[agent_name]
+    returns = runners.evaluate(
+        agent,
+        state,
+        envs.make(env_name),
+        key=jr.PRNGKey(prov["eval_key"]),
+        num_episodes=prov["episodes"],
+    )
+    mean = float(np.mean(returns))
+    assert mean == pytest.approx(prov["return_mean"], abs=1e-3)
+    assert mean >= prov["target"]
+    for key in ("command", "seed", "commit", "versions", "hp", "total_steps"):
+        assert key in prov
+
+
+def test_publish_is_byte_reproducible(tmp_path):
+    """The same command writes the same files, byte for byte."""
+    from experiments import publish
+
+    for out in ("a", "b"):
+        code = publish.main(
+            ["--allow-dirty", "--out", str(tmp_path / out), "ppo:CartPole-v1"]
+        )
+        assert code == 0
+    names = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert names == ["index.json", "ppo__CartPole-v1.eqx", "ppo__CartPole-v1.json"]
+    for name in names:
+        assert (tmp_path / "a" / name).read_bytes() == (
+            tmp_path / "b" / name
+        ).read_bytes()
+    agent, state = zoo.pretrained(
+        "ppo", "CartPole-v1", folder=tmp_path / "a"
+    )  # loads from any folder
+    assert isinstance(agent, zoo.PPO)
+    assert publish.main(["--allow-dirty", "ppo:Nope-v0"]) == 2
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """A tiny PPO run through the CLI, with `video=True`."""
+    cwd = tmp_path_factory.mktemp("trained")
+    out = _cli(
+        "experiments.run",
+        "with",
+        "agent=ppo",
+        "total_steps=2048",
+        "eval_episodes=2",
+        "progress=False",
+        "num_seeds=2",
+        "video=True",
+        cwd=cwd,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return cwd, cwd / "runs" / "1"
+
+
+def test_training_video_artifact(trained_run):
+    _, run_dir = trained_run
+    from PIL import Image
+
+    run = json.loads((run_dir / "run.json").read_text())
+    assert "ppo__CartPole-v1.gif" in run["artifacts"]
+    info = json.loads((run_dir / "info.json").read_text())
+    with Image.open(run_dir / "ppo__CartPole-v1.gif") as gif:
+        assert gif.size[0] > 100
+        # CartPole pays 1 per step: the filmed episode lasted its return in steps
+        # (identical consecutive frames may be merged, never more frames).
+        assert 1 <= gif.n_frames <= info["video_return"] + 1
+
+
+def test_evaluate_a_recorded_run(trained_run):
+    cwd, run_dir = trained_run
+    out = _cli(
+        "experiments.evaluate",
+        "with",
+        f"run={run_dir}",
+        "seed=1",
+        "episodes=6",
+        "video=True",
+        cwd=cwd,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[0].startswith(f"ppo on CartPole-v1 ({run_dir} seed 1): greedy return")
+    assert "over 6 episodes" in lines[0]
+    assert lines[1].startswith("per episode: ")
+    assert len(lines[1].split()) == 2 + 6
+    record = cwd / "runs" / "2"  # evaluations are recorded beside training runs
+    info = json.loads((record / "info.json").read_text())
+    assert len(info["returns"]) == 6
+    assert info["return_mean"] == pytest.approx(np.mean(info["returns"]))
+    assert (record / "ppo__CartPole-v1.gif").is_file()
+    # The same numbers as loading the run in Python and evaluating it.
+    import experiments
+
+    agent, state, env = experiments.load_run(run_dir, seed=1)
+    returns = runners.evaluate(agent, state, env, key=jr.PRNGKey(0), num_episodes=6)
+    assert np.asarray(returns).tolist() == info["returns"]
+
+
+def test_evaluate_pretrained(tmp_path):
+    out = _cli(
+        "experiments.evaluate",
+        "-u",
+        "with",
+        "agent=ppo",
+        "env=CartPole-v1",
+        "episodes=8",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    first = out.stdout.splitlines()[0]
+    assert first.startswith("ppo on CartPole-v1 (pretrained): greedy return 500.0")
+
+
+def test_evaluate_bad_input(trained_run, tmp_path):
+    """One clear line each, before anything loads or compiles."""
+    from experiments.evaluate import EvaluateError, check
+
+    cwd, run_dir = trained_run
+    base = {
+        "run": None,
+        "seed": 0,
+        "agent": None,
+        "env": None,
+        "episodes": 4,
+        "key": 0,
+        "max_steps": 100,
+        "video": False,
+        "video_episodes": 1,
+        "fps": 30,
+        "compilation_cache": False,
+    }
+    empty = tmp_path / "empty_run"
+    empty.mkdir()
+    (empty / "run.json").write_text("{}")
+    cases = [
+        ({}, "nothing to evaluate"),
+        ({"agent": "ppo", "env": "Nope-v0"}, r"agent, env: no pretrained ppo on"),
+        ({"run": str(empty)}, r"run: .*no final state .* and no checkpoint"),
+        ({"run": str(tmp_path / "missing")}, "run: .*no such run folder"),
+        ({"run": str(run_dir), "agent": "dqn"}, "agent: .* trained agent 'ppo', not"),
+        ({"run": str(run_dir), "seed": 2}, r"seed: 2 is not a seed of .* 0 to 1"),
+        ({"run": str(run_dir), "episodes": 0}, "episodes: expected a positive int"),
+        (
+            {"run": str(run_dir), "video": True, "video_episodes": 9},
+            "video_episodes: 9 is more than the 4 episodes",
+        ),
+    ]
+    for update, message in cases:
+        with pytest.raises(EvaluateError, match=message):
+            check({**base, **update})
+    # A checkpoint whose data is another agent's: one line from the command.
+    other = tmp_path / "other"
+    final = json.loads((run_dir / "final_state.json").read_text())
+    other.mkdir()
+    (other / "final_state.eqx").write_bytes((run_dir / "final_state.eqx").read_bytes())
+    final["agent"], final["hp"] = "dqn", {}
+    (other / "final_state.json").write_text(json.dumps(final))
+    out = _cli("experiments.evaluate", "-u", "with", f"run={other}", cwd=cwd)
+    assert out.returncode == 1
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"experiments.evaluate.EvaluateError: run: cannot load {other}"
+    )
+
+
+def test_video_needs_a_renderer(tmp_path):
+    """`video=True` for an env without a renderer names the envs that render,
+    for training and evaluation alike, before anything trains."""
+    from experiments.run import ConfigError, ex
+
+    with pytest.raises(
+        ConfigError,
+        match=r"video: probe/ConstantReward has no renderer; envs that render: ",
+    ):
+        ex.run(
+            "print_config",
+            config_updates={
+                "agent": "ppo",
+                "env": "probe/ConstantReward",
+                "video": True,
+            },
+        )
