@@ -23,8 +23,9 @@ docs/figures/ are regenerated from the files of the pairs tuned today.
 
 Statistics over seeds: the interquartile mean (the mean of the middle half,
 `scipy.stats.trim_mean(x, 0.25)`), with a 95 % percentile-bootstrap confidence
-interval (`scipy.stats.bootstrap`, 10,000 resamples of the seeds). With 4 or 8
-seeds the interval is wide by nature: it says how much the seeds disagree.
+interval (10,000 resamples of the seeds, `experiments._stats.iqm_ci`: the same
+interval as `scipy.stats.bootstrap(method="percentile")`). With 4 or 8 seeds the
+interval is wide by nature: it says how much the seeds disagree.
 """
 
 import argparse
@@ -37,10 +38,11 @@ import platform
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
+
+from experiments import _stats
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -221,30 +223,15 @@ def run_pair(agent: str, env: str, seeds: int) -> dict:
 
 
 def iqm(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    from scipy.stats import trim_mean
-
-    return np.asarray(trim_mean(x, 0.25, axis=axis))
+    """The interquartile mean over seeds (`experiments._stats.iqm`)."""
+    return _stats.iqm(x, axis=axis)
 
 
 def iqm_ci(x, level: float = 0.95, resamples: int = 10_000) -> tuple[float, float]:
-    """Percentile-bootstrap confidence interval of the IQM over seeds."""
-    from scipy.stats import bootstrap
-
-    x = np.asarray(x, dtype=np.float64)
-    if np.ptp(x) == 0:  # every seed equal: nothing to resample
-        return float(x[0]), float(x[0])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ci = bootstrap(
-            (x,),
-            iqm,
-            confidence_level=level,
-            n_resamples=resamples,
-            method="percentile",
-            vectorized=True,
-            rng=np.random.default_rng(0),
-        ).confidence_interval
-    return float(ci.low), float(ci.high)
+    """Percentile-bootstrap confidence interval of the IQM over seeds: one
+    stratum of `experiments._stats.iqm_ci`, the same interval as
+    `scipy.stats.bootstrap` with `method="percentile"` and seed 0."""
+    return _stats.iqm_ci([np.asarray(x, dtype=np.float64)], level, resamples)
 
 
 def load_references() -> dict[str, dict]:

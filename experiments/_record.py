@@ -133,7 +133,8 @@ def write_json(path: Path, data: Any) -> None:
 
 class SweepRecorder:
     """The callback of one program of a sweep: each member's series
-    (`member_<i>.eval.return_mean`, `member_<i>.train.episode_return`), member
+    (`member_<i>.eval.return_mean`, with several seeds each seed's
+    `member_<i>.eval.return.seed_<j>`, `member_<i>.train.episode_return`), member
     `i` numbered in the whole sweep, and `perf.steps_per_s`. Series over all
     runs together would mix programs, so there are none.
 
@@ -186,6 +187,11 @@ class SweepRecorder:
                 self.curves.setdefault(member, []).append((step, mean))
                 if run is not None:
                     run.log_scalar(f"member_{member}.eval.return_mean", mean, step)
+                    if n > 1:  # each seed's, for confidence intervals
+                        for i, r in enumerate(report.eval_returns[j * n : (j + 1) * n]):
+                            run.log_scalar(
+                                f"member_{member}.eval.return.seed_{i}", float(r), step
+                            )
 
 
 def close_interrupted(run: Any) -> None:
