@@ -1,0 +1,336 @@
+"""The trials of `python -m experiments.sweep`: parsing `grid.`/`search.` keys,
+one trial's folder and state, the workers that run trials (pickled by
+submitit by reference to this module), and the Optuna study.
+"""
+
+import ast
+import contextlib
+import io
+import itertools
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+# Workers import `experiments.run` inside each trial (after setting XLA's flags).
+from experiments import _jax_setup
+from experiments._config import ConfigError
+from experiments._sacred import get_config_updates
+
+_DISTRIBUTION = re.compile(
+    r"^\s*(loguniform|uniform|intuniform)\s*\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)\s*$"
+)
+SPEC_FILE = "sweep.json"
+STUDY_FILE = "optuna.journal"
+# Sacred statuses of a trial's latest attempt that a relaunch resumes.
+_RESUMABLE = ("RUNNING", "INTERRUPTED", "QUEUED")
+
+
+def _set(tree: dict[str, Any], path: str, value: Any) -> None:
+    """`tree[a][b] = value` for `path` "a.b"."""
+    *parents, leaf = path.split(".")
+    for key in parents:
+        tree = tree.setdefault(key, {})
+    tree[leaf] = value
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def parse(updates: list[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """`(fixed, grid, search)` from `with` arguments: `fixed` nested config
+    updates; `grid` `{key path: [values]}`; `search` `{key path: spec}` where a
+    spec is `("loguniform"|"uniform"|"intuniform", low, high)` or
+    `("choice", [values])`.
+
+    **Raises:** `ConfigError` for an empty list, a bad distribution, or grid and
+    search together."""
+    parsed, named = get_config_updates(updates)
+    if named:
+        raise ConfigError(
+            f"{named[0]}: not a 'key=value' update (named configs are not supported)"
+        )
+    grid = _flatten(parsed.pop("grid", {}) or {})
+    search_raw = _flatten(parsed.pop("search", {}) or {})
+    for key, values in grid.items():
+        if not isinstance(values, list | tuple) or not values:
+            raise ConfigError(
+                f"grid.{key}: expected a non-empty list of values, got {values!r}"
+            )
+    search: dict[str, Any] = {}
+    for key, spec in search_raw.items():
+        if isinstance(spec, list | tuple):
+            if not spec:
+                raise ConfigError(f"search.{key}: the list of choices is empty")
+            search[key] = ("choice", list(spec))
+            continue
+        match = _DISTRIBUTION.match(spec) if isinstance(spec, str) else None
+        if match is None:
+            raise ConfigError(
+                f"search.{key}: expected loguniform(low,high), uniform(low,high), "
+                f"intuniform(low,high) or a list of choices, got {spec!r}"
+            )
+        kind, low_text, high_text = match.groups()
+        try:
+            cast = int if kind == "intuniform" else float
+            low, high = cast(low_text), cast(high_text)
+        except ValueError:
+            raise ConfigError(
+                f"search.{key}: bounds of {spec!r} must be "
+                f"{'integers' if kind == 'intuniform' else 'numbers'}"
+            ) from None
+        if not low < high or (kind == "loguniform" and low <= 0):
+            raise ConfigError(
+                f"search.{key}: {spec!r} needs low < high"
+                + (" and positive bounds" if kind == "loguniform" else "")
+            )
+        search[key] = (kind, low, high)
+    if grid and search:
+        raise ConfigError(
+            "grid.* and search.* together: a sweep is either a grid (every "
+            "combination) or an Optuna search; put the grid's keys into search.* "
+            "as lists of choices"
+        )
+    if not grid and not search:
+        raise ConfigError(
+            "nothing to sweep: give grid.<key>=[v1,v2] (every combination) or "
+            "search.<key>=loguniform(low,high) with --trials N"
+        )
+    return parsed, grid, search
+
+
+def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination, the last key fastest."""
+    names = list(grid)
+    return [
+        dict(zip(names, point, strict=True))
+        for point in itertools.product(*(grid[n] for n in names))
+    ]
+
+
+def trial_updates(fixed: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """A trial's config updates: the fixed ones with its `{key path: value}`."""
+    updates = json.loads(json.dumps(fixed))
+    for key, value in params.items():
+        _set(updates, key, value)
+    return updates
+
+
+def validate(fixed: dict[str, Any], trials: list[dict[str, Any]]) -> None:
+    """Resolve every trial's config as `experiments.run` would (no compiling).
+
+    **Raises:** `ConfigError` naming the trial and the problem."""
+    from experiments.run import ex
+
+    for params in trials:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                ex.run(
+                    "print_config",
+                    config_updates=trial_updates(fixed, params),
+                    options={"--loglevel": "ERROR"},
+                )
+        except ConfigError as e:
+            where = ", ".join(f"{k}={v!r}" for k, v in params.items())
+            raise ConfigError(f"trial {where}: {e}") from None
+
+
+def _bounds(search: dict[str, Any]) -> list[dict[str, Any]]:
+    """Trials at the search's low and high ends, to validate before launching."""
+    ends = []
+    for end in (0, 1):
+        ends.append(
+            {
+                k: spec[1][end if end < len(spec[1]) else 0]
+                if spec[0] == "choice"
+                else spec[1 + end]
+                for k, spec in search.items()
+            }
+        )
+    choices = [
+        {k: v} for k, spec in search.items() if spec[0] == "choice" for v in spec[1]
+    ]
+    return ends + choices
+
+
+# -- Trials: each a Sacred run in its own folder --------------------------------
+
+
+def _attempts(slot_dir: Path) -> list[tuple[int, Path, dict[str, Any]]]:
+    """`(run id, folder, run.json)` of every attempt at a trial, oldest first."""
+    out = []
+    if slot_dir.is_dir():
+        for path in slot_dir.iterdir():
+            record = path / "run.json"
+            if path.name.isdigit() and record.is_file():
+                with contextlib.suppress(ValueError, OSError):
+                    out.append((int(path.name), path, json.loads(record.read_text())))
+    return sorted(out, key=lambda a: a[0])
+
+
+def trial_state(slot_dir: Path) -> tuple[str, Any, Path | None]:
+    """`(status, result, folder)` of a trial: `status` is the latest attempt's
+    Sacred status ("NEW" if none); `folder` is the attempt to resume from (the
+    one with the newest checkpoint) when the latest attempt was cut short."""
+    attempts = _attempts(slot_dir)
+    if not attempts:
+        return "NEW", None, None
+    _, latest, record = attempts[-1]
+    status = record.get("status", "RUNNING")
+    if status not in _RESUMABLE:
+        return status, record.get("result"), latest
+    best: tuple[int, Path] | None = None
+    for _, path, _ in attempts:
+        steps = [int(p.name) for p in (path / "checkpoints").glob("[0-9]*")]
+        done = [
+            s for s in steps if (path / "checkpoints" / str(s) / "meta.json").is_file()
+        ]
+        if done and (best is None or max(done) >= best[0]):
+            best = (max(done), path)
+    return status, None, None if best is None else best[1]
+
+
+def run_trial(
+    folder: str, slot: int, updates: dict[str, Any], mongo: str | None
+) -> float:
+    """Run (or resume, or reuse) trial `slot` as a Sacred run of
+    `experiments.run`; its result (the final greedy return).
+
+    **Raises:** what the run raises (`TrainingError`, `Interrupted`, ...)."""
+    slot_dir = Path(folder).resolve() / "trials" / f"{slot:04d}"
+    status, result, resume = trial_state(slot_dir)
+    if status == "COMPLETED" and isinstance(result, int | float):
+        return float(result)
+    from experiments.run import ex
+
+    config = {**updates, "progress": False}
+    if status in _RESUMABLE and resume is not None:
+        config["resume"] = str(resume)
+        print(f"trial {slot}: resuming {resume}", file=sys.stderr, flush=True)
+    options: dict[str, Any] = {"--capture": "sys", "--file_storage": str(slot_dir)}
+    if mongo:
+        options["--mongo_db"] = mongo
+    run = ex.run(config_updates=config, options=options)
+    assert isinstance(run.result, float), run.result  # main's return value
+    return run.result
+
+
+# -- Workers: one submitit job each ----------------------------------------------
+
+
+def grid_worker(
+    folder: str, jobs: list[tuple[int, dict[str, Any]]], mongo: str | None
+) -> int:
+    """Run grid trials one after another; a trial that fails is recorded as
+    FAILED and the next one runs. **Returns:** trials completed."""
+    _jax_setup.set_xla_flags()
+    from experiments._sacred import SacredError
+
+    done = 0
+    for slot, updates in jobs:
+        try:
+            run_trial(folder, slot, updates, mongo)
+            done += 1
+        except SacredError as e:  # recorded as FAILED by Sacred
+            print(f"trial {slot} failed: {e}", file=sys.stderr, flush=True)
+    return done
+
+
+def search_worker(
+    folder: str,
+    fixed: dict[str, Any],
+    search: dict[str, Any],
+    n_trials: int,
+    seed: int,
+    mongo: str | None,
+) -> int:
+    """Run `n_trials` Optuna trials (enqueued resumptions first). **Returns:**
+    trials completed."""
+    _jax_setup.set_xla_flags()
+    import optuna
+
+    from experiments._sacred import SacredError
+
+    study = _study(folder, seed)
+
+    def objective(trial: optuna.Trial) -> float:
+        params = {}
+        for key, spec in search.items():
+            kind = spec[0]
+            if kind == "choice":
+                reprs = [repr(v) for v in spec[1]]
+                params[key] = ast.literal_eval(trial.suggest_categorical(key, reprs))
+            elif kind == "intuniform":
+                params[key] = trial.suggest_int(key, spec[1], spec[2])
+            else:
+                log = kind == "loguniform"
+                params[key] = trial.suggest_float(key, spec[1], spec[2], log=log)
+        slot = trial.user_attrs.get("slot", trial.number)
+        trial.set_user_attr("slot", slot)
+        return run_trial(folder, slot, trial_updates(fixed, params), mongo)
+
+    before = len(_finished(study))
+    study.optimize(objective, n_trials=n_trials, catch=(SacredError,))
+    return len(_finished(study)) - before
+
+
+def _study(folder: str, seed: int) -> Any:
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = JournalStorage(JournalFileBackend(str(Path(folder) / STUDY_FILE)))
+    return optuna.create_study(
+        study_name="sweep",
+        storage=storage,
+        direction="maximize",
+        sampler=optuna.samplers.TPESampler(seed=seed),
+        load_if_exists=True,
+    )
+
+
+def _finished(study: Any) -> list[Any]:
+    import optuna
+
+    return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+
+
+def _resume_search(study: Any, folder: Path) -> int:
+    """Enqueue a trial for every slot whose latest Optuna trial did not complete
+    (the previous launch was killed or interrupted), unless its run FAILED; the
+    stale trial is marked FAIL. **Returns:** slots enqueued."""
+    import optuna
+
+    State = optuna.trial.TrialState
+    latest: dict[int, Any] = {}
+    for trial in study.get_trials(deepcopy=False):
+        slot = trial.user_attrs.get("slot", trial.number)
+        if slot not in latest or trial.number > latest[slot].number:
+            latest[slot] = trial
+    enqueued = 0
+    for slot, trial in sorted(latest.items()):
+        if trial.state in (State.COMPLETE, State.WAITING):
+            continue
+        status, _, _ = trial_state(folder / "trials" / f"{slot:04d}")
+        if status == "FAILED":
+            continue  # training failed (a non-finite loss): not retried
+        # Killed or interrupted: `run_trial` resumes it from its newest
+        # checkpoint, or starts it again if it wrote none; a run that completed
+        # before Optuna heard of it is only reported.
+        if trial.state == State.RUNNING:
+            study.tell(trial.number, state=State.FAIL)
+        study.enqueue_trial(trial.params, user_attrs={"slot": slot})
+        enqueued += 1
+    return enqueued
+
+
+# -- The launcher ----------------------------------------------------------------
