@@ -218,6 +218,34 @@ def write_json(path: Path, data: Any) -> None:
     tmp.replace(path)
 
 
+DOCS = ROOT / "docs" / "using.md"
+
+
+def docs_table(index: dict[str, Any]) -> str:
+    """The table of `docs/using.md`: every pair tried, shipped or not."""
+    rows = [
+        "| agent | env | greedy return (128 episodes) | target | shipped |",
+        "|---|---|---|---|---|",
+    ]
+    for entry in index.values():
+        rows.append(
+            f"| {entry['agent']} | {entry['env']} | {entry['return_mean']:.1f} | "
+            f"{entry['target']:g} | {'yes' if entry['shipped'] else 'no'} |"
+        )
+    return "\n".join(rows)
+
+
+def update_docs(index: dict[str, Any]) -> None:
+    """Rewrite the table between the markers of `docs/using.md`."""
+    begin, end = "<!-- pretrained:begin -->", "<!-- pretrained:end -->"
+    text = DOCS.read_text()
+    if begin not in text or end not in text:
+        return
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    DOCS.write_text(f"{head}{begin}\n{docs_table(index)}\n{end}{tail}")
+
+
 def main(argv: list[str] | None = None) -> int:
     from zoo._pretrained import DIR, INDEX
 
@@ -265,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{verdict}, {seconds:.0f} s",
             flush=True,
         )
+    if args.out.resolve() == DIR.resolve() and DOCS.is_file():
+        update_docs(dict(sorted(index.items())))
     return 0
 
 
