@@ -8,6 +8,12 @@ from ._classic import (
 )
 from ._env import AbstractEnv as AbstractEnv, AbstractWrapper as AbstractWrapper
 from ._gymnax import GymnaxEnv as GymnaxEnv
+from ._multi import (
+    AbstractMultiAgentEnv as AbstractMultiAgentEnv,
+    JaxMarlEnv as JaxMarlEnv,
+    MatrixGame as MatrixGame,
+    MatrixGameState as MatrixGameState,
+)
 from ._probes import (
     ActionReward as ActionReward,
     ConstantReward as ConstantReward,
@@ -17,7 +23,14 @@ from ._probes import (
     TruncatedConstantReward as TruncatedConstantReward,
     TwoStepDiscount as TwoStepDiscount,
 )
-from ._registry import PROBES as PROBES, make as make, names as names
+from ._registry import (
+    MULTI_AGENT as MULTI_AGENT,
+    PROBES as PROBES,
+    is_multi_agent as is_multi_agent,
+    make as make,
+    make_multi as make_multi,
+    names as names,
+)
 from ._spaces import Box as Box, Discrete as Discrete, Space as Space
 from ._wrappers import (
     ClipAction as ClipAction,

@@ -6,6 +6,7 @@ from typing import Any
 
 from ._classic import CartPole, Pendulum
 from ._env import AbstractEnv
+from ._multi import AbstractMultiAgentEnv, MatrixGame
 from ._probes import (
     ActionReward,
     ConstantReward,
@@ -30,12 +31,67 @@ PROBES: dict[str, Callable[..., AbstractEnv]] = {
     "probe/ContinuousActionReward": ContinuousActionReward,
 }
 
+# Multi-agent envs: native ones, and JaxMARL's under their own names.
+MULTI_AGENT: dict[str, Callable[..., AbstractMultiAgentEnv]] = {
+    "marl/MatrixGame": MatrixGame,
+}
+
 
 def names() -> list[str]:
-    """All names `make` accepts: native, gymnax and probe environments."""
+    """All names `make` accepts: native, gymnax and probe environments, and the
+    multi-agent ones (JaxMARL's with the `marl` extra)."""
     from ._gymnax import gymnax_names
+    from ._multi import jaxmarl_names
 
-    return sorted(set(NATIVE) | set(gymnax_names()) | set(PROBES))
+    return sorted(
+        set(NATIVE)
+        | set(gymnax_names())
+        | set(PROBES)
+        | set(MULTI_AGENT)
+        | set(jaxmarl_names())
+    )
+
+
+def make_multi(name: str, **env_params: Any) -> AbstractMultiAgentEnv:
+    """Build a multi-agent environment by name: `"marl/MatrixGame"`, or a
+    JaxMARL name such as `"MPE_simple_spread_v3"` (`pip install -e '.[marl]'`).
+
+    **Raises:** `ValueError` naming the closest valid names, or the parameters.
+    """
+    from ._multi import JaxMarlEnv, jaxmarl_names
+
+    factory = MULTI_AGENT.get(name)
+    if factory is not None:
+        try:
+            return factory(**env_params)
+        except TypeError:
+            fields = sorted(getattr(factory, "__dataclass_fields__", {}))
+            raise ValueError(
+                f"unknown parameter(s) {sorted(env_params)} for env {name!r}; "
+                f"valid ones: {fields}"
+            ) from None
+    marl = jaxmarl_names()
+    if name in marl:
+        return JaxMarlEnv(name, **env_params)
+    valid = sorted(set(MULTI_AGENT) | set(marl))
+    close = difflib.get_close_matches(name, valid, n=3, cutoff=0.5)
+    hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+    extra = (
+        "" if marl else " JaxMARL's envs need the marl extra: pip install -e '.[marl]'."
+    )
+    raise ValueError(
+        f"unknown multi-agent env {name!r}.{hint} Multi-agent envs: "
+        f"{', '.join(valid)}.{extra}"
+    )
+
+
+def is_multi_agent(name: str) -> bool:
+    """Whether `name` is a multi-agent env (`make_multi` builds it)."""
+    from ._multi import jaxmarl_names
+
+    return name in MULTI_AGENT or (
+        not name.startswith(("gymnax/", "probe/")) and name in jaxmarl_names()
+    )
 
 
 def make(name: str, **env_params: Any) -> AbstractEnv:
@@ -49,6 +105,10 @@ def make(name: str, **env_params: Any) -> AbstractEnv:
 
     **Raises:** `ValueError` naming the closest valid names, or the valid parameters.
     """
+    if name in MULTI_AGENT:
+        raise ValueError(
+            f"{name!r} is a multi-agent env: build it with envs.make_multi({name!r})"
+        )
     factory = NATIVE.get(name) or PROBES.get(name)
     if factory is not None:
         try:
@@ -67,6 +127,10 @@ def make(name: str, **env_params: Any) -> AbstractEnv:
     if gymnax_id in NEEDS_DOWNLOAD:
         raise ValueError(
             f"env {name!r} downloads a data set when it is created; it is not offered."
+        )
+    if is_multi_agent(name):
+        raise ValueError(
+            f"{name!r} is a multi-agent env: build it with envs.make_multi({name!r})"
         )
     valid = names()
     close = difflib.get_close_matches(name, valid, n=3, cutoff=0.5)
