@@ -3,7 +3,8 @@ a fixed set of named agents, with per-agent spaces, rewards and episode ends."""
 
 import abc
 import contextlib
-import io
+import os
+import sys
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
@@ -193,10 +194,27 @@ class MatrixGame(AbstractMultiAgentEnv[MatrixGameState]):
         return self._obs(t), MatrixGameState(t), rewards, flags, never, {}
 
 
-def _import_jaxmarl() -> Any:
+@contextlib.contextmanager
+def _quiet_stdout():
+    """Silence file descriptor 1 (JaxMARL prints two lines about optional
+    environments when imported, past `contextlib.redirect_stdout`)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
     try:
-        # JaxMARL prints a line about optional environments when imported.
-        with contextlib.redirect_stdout(io.StringIO()):
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _import_jaxmarl() -> Any:
+    if "jaxmarl" in sys.modules:
+        return sys.modules["jaxmarl"]
+    try:
+        with _quiet_stdout():
             import jaxmarl
     except ImportError:
         raise ValueError(
