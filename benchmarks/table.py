@@ -34,7 +34,6 @@ import functools
 import hashlib
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -43,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments import _stats
+from experiments._versions import versions
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -57,7 +57,6 @@ EVAL_EPISODES = 128
 CURVE_POINTS = 10
 # The code whose change makes a result stale (experiments/ only for the flags).
 CODE = ["zoo", "envs", "runners", "experiments/_jax_setup.py"]
-LIBRARIES = ["jax", "jaxlib", "equinox", "optax", "gymnax", "numpy"]
 
 
 def pairs() -> list[tuple[str, str]]:
@@ -107,19 +106,6 @@ def code_hash() -> str:
             digest.update(str(file.relative_to(ROOT)).encode())
             digest.update(source_tree(file.read_text()).encode())
     return digest.hexdigest()[:16]
-
-
-@functools.cache
-def versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for name in LIBRARIES:
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "absent"
-    return out
 
 
 def fingerprint(block: dict, seeds: int) -> str:

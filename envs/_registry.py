@@ -37,6 +37,17 @@ MULTI_AGENT: dict[str, Callable[..., AbstractMultiAgentEnv]] = {
 }
 
 
+def _build(factory: Callable[..., Any], name: str, env_params: dict[str, Any]) -> Any:
+    try:
+        return factory(**env_params)
+    except TypeError:
+        fields = sorted(getattr(factory, "__dataclass_fields__", {}))
+        raise ValueError(
+            f"unknown parameter(s) {sorted(env_params)} for env {name!r}; "
+            f"valid ones: {fields}"
+        ) from None
+
+
 def names() -> list[str]:
     """All names `make` accepts: native, gymnax and probe environments, and the
     multi-agent ones (JaxMARL's with the `marl` extra)."""
@@ -62,14 +73,7 @@ def make_multi(name: str, **env_params: Any) -> AbstractMultiAgentEnv:
 
     factory = MULTI_AGENT.get(name)
     if factory is not None:
-        try:
-            return factory(**env_params)
-        except TypeError:
-            fields = sorted(getattr(factory, "__dataclass_fields__", {}))
-            raise ValueError(
-                f"unknown parameter(s) {sorted(env_params)} for env {name!r}; "
-                f"valid ones: {fields}"
-            ) from None
+        return _build(factory, name, env_params)
     marl = jaxmarl_names()
     if name in marl:
         return JaxMarlEnv(name, **env_params)
@@ -111,14 +115,7 @@ def make(name: str, **env_params: Any) -> AbstractEnv:
         )
     factory = NATIVE.get(name) or PROBES.get(name)
     if factory is not None:
-        try:
-            return factory(**env_params)
-        except TypeError:
-            fields = sorted(getattr(factory, "__dataclass_fields__", {}))
-            raise ValueError(
-                f"unknown parameter(s) {sorted(env_params)} for env {name!r}; "
-                f"valid ones: {fields}"
-            ) from None
+        return _build(factory, name, env_params)
     from ._gymnax import NEEDS_DOWNLOAD, GymnaxEnv, gymnax_names
 
     gymnax_id = name.removeprefix("gymnax/")

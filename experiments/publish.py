@@ -21,12 +21,13 @@ code must be committed first (`--allow-dirty` records `+changes` instead).
 
 import argparse
 import json
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from experiments._versions import versions
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = 4
@@ -35,7 +36,6 @@ EPISODES = 128
 TRAIN_KEY = 0  # seed i of the run trains with jr.split(jr.PRNGKey(0), seeds)[i]
 SELECT_KEY = 1  # picks the best seed (`runners.evaluate`, seed i folds in i)
 EVAL_KEY = 2  # the shipped seed's recorded return
-LIBRARIES = ("jax", "jaxlib", "equinox", "optax", "gymnax", "numpy")
 
 # A pretrained agent ships when its greedy return reaches its env's target.
 TARGETS: dict[str, tuple[float, str]] = {
@@ -60,18 +60,6 @@ class PublishError(Exception):
 
 def seeds_for(env: str) -> int:
     return MINATAR_SEEDS if "MinAtar" in env else SEEDS
-
-
-def versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for name in LIBRARIES:
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "absent"
-    return out
 
 
 def commit(allow_dirty: bool) -> str:
