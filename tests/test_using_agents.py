@@ -2,9 +2,6 @@
 `experiments.evaluate` (pretrained agents, recorded runs, videos, bad input)."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import jax.random as jr
@@ -18,17 +15,14 @@ import zoo
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _cli(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT)
-    env["EQUIZOO_CACHE_DIR"] = str(cwd / "jax-cache")  # hermetic
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+def _evaluate(folder: Path | None, **config):
+    """`python -m experiments.evaluate with ...`, in this process (`-F folder`,
+    or unobserved)."""
+    from experiments.evaluate import ex
+
+    options = {"--file_storage": str(folder)} if folder else {"--unobserved": True}
+    return ex.run(
+        config_updates={"compilation_cache": False, **config}, options=options
     )
 
 
@@ -96,21 +90,15 @@ def test_publish_is_byte_reproducible(tmp_path):
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
-    """A tiny PPO run through the CLI, with `video=True`."""
-    cwd = tmp_path_factory.mktemp("trained")
-    out = _cli(
-        "experiments.run",
-        "with",
-        "agent=ppo",
-        "total_steps=2048",
-        "eval_episodes=2",
-        "progress=False",
-        "num_seeds=2",
-        "video=True",
-        cwd=cwd,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return cwd, cwd / "runs" / "1"
+    """A tiny PPO run of `experiments.run`, recorded, with `video=True`."""
+    from experiments.run import ex
+
+    runs = tmp_path_factory.mktemp("trained") / "runs"
+    config = {"agent": "ppo", "total_steps": 2048, "eval_episodes": 2}
+    config.update(progress=False, num_seeds=2, video=True, compilation_cache=False)
+    run = ex.run(config_updates=config, options={"--file_storage": str(runs)})
+    assert run.status == "COMPLETED"
+    return runs, runs / str(run._id)
 
 
 def test_training_video_artifact(trained_run):
@@ -127,27 +115,21 @@ def test_training_video_artifact(trained_run):
         assert 1 <= gif.n_frames <= info["video_return"] + 1
 
 
-def test_evaluate_a_recorded_run(trained_run):
-    cwd, run_dir = trained_run
-    out = _cli(
-        "experiments.evaluate",
-        "with",
-        f"run={run_dir}",
-        "seed=1",
-        "episodes=6",
-        "video=True",
-        cwd=cwd,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    lines = out.stdout.strip().splitlines()
+def test_evaluate_a_recorded_run(trained_run, capsys):
+    runs, run_dir = trained_run
+    capsys.readouterr()
+    run = _evaluate(runs, run=str(run_dir), seed=1, episodes=6, video=True)
+    assert run.status == "COMPLETED"
+    lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith(f"ppo on CartPole-v1 ({run_dir} seed 1): greedy return")
     assert "over 6 episodes" in lines[0]
     assert lines[1].startswith("per episode: ")
     assert len(lines[1].split()) == 2 + 6
-    record = cwd / "runs" / "2"  # evaluations are recorded beside training runs
+    record = runs / str(run._id)  # evaluations are recorded beside training runs
     info = json.loads((record / "info.json").read_text())
     assert len(info["returns"]) == 6
     assert info["return_mean"] == pytest.approx(np.mean(info["returns"]))
+    assert run.result == pytest.approx(info["return_mean"])
     assert (record / "ppo__CartPole-v1.gif").is_file()
     # The same numbers as loading the run in Python and evaluating it.
     import experiments
@@ -157,26 +139,18 @@ def test_evaluate_a_recorded_run(trained_run):
     assert np.asarray(returns).tolist() == info["returns"]
 
 
-def test_evaluate_pretrained(tmp_path):
-    out = _cli(
-        "experiments.evaluate",
-        "-u",
-        "with",
-        "agent=ppo",
-        "env=CartPole-v1",
-        "episodes=8",
-        cwd=tmp_path,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    first = out.stdout.splitlines()[0]
+def test_evaluate_pretrained(capsys):
+    run = _evaluate(None, agent="ppo", env="CartPole-v1", episodes=8)
+    first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith("ppo on CartPole-v1 (pretrained): greedy return 500.0")
+    assert run.result == 500.0
 
 
 def test_evaluate_bad_input(trained_run, tmp_path):
     """One clear line each, before anything loads or compiles."""
     from experiments.evaluate import EvaluateError, check
 
-    cwd, run_dir = trained_run
+    _, run_dir = trained_run
     base = {
         "run": None,
         "seed": 0,
@@ -209,19 +183,19 @@ def test_evaluate_bad_input(trained_run, tmp_path):
     for update, message in cases:
         with pytest.raises(EvaluateError, match=message):
             check({**base, **update})
-    # A checkpoint whose data is another agent's: one line from the command.
+    # A checkpoint whose data is another agent's fails with one line on loading.
     other = tmp_path / "other"
     final = json.loads((run_dir / "final_state.json").read_text())
     other.mkdir()
     (other / "final_state.eqx").write_bytes((run_dir / "final_state.eqx").read_bytes())
     final["agent"], final["hp"] = "dqn", {}
     (other / "final_state.json").write_text(json.dumps(final))
-    out = _cli("experiments.evaluate", "-u", "with", f"run={other}", cwd=cwd)
-    assert out.returncode == 1
-    last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith(
-        f"experiments.evaluate.EvaluateError: run: cannot load {other}"
-    )
+    with pytest.raises(EvaluateError, match=f"run: cannot load {other}: "):
+        _evaluate(None, run=str(other))
+    assert sorted(p.name for p in other.iterdir()) == [
+        "final_state.eqx",
+        "final_state.json",
+    ]  # nothing written, nothing lost
 
 
 def test_video_needs_a_renderer(tmp_path):
