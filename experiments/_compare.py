@@ -140,6 +140,12 @@ def _load(path: str, metric: str, by: str) -> list[_Unit]:
     run = _read_json(folder / "run.json", path)
     metrics_file = folder / "metrics.json"
     metrics = _read_json(metrics_file, path) if metrics_file.exists() else {}
+    experiment = run.get("experiment", {}) if isinstance(run, dict) else {}
+    if isinstance(experiment, dict) and experiment.get("name") == "equizoo-evaluate":
+        raise PlotError(
+            f"{path}: a record of python -m experiments.evaluate (greedy episodes, "
+            "no learning curve); give the training run it evaluated"
+        )
     if not isinstance(config, dict) or "env" not in config:
         raise PlotError(f"{path}: config.json has no env: not an equizoo run")
     status = str(run.get("status", "UNKNOWN")) if isinstance(run, dict) else "UNKNOWN"

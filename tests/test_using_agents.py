@@ -131,6 +131,13 @@ def test_evaluate_a_recorded_run(trained_run, capsys):
     assert info["return_mean"] == pytest.approx(np.mean(info["returns"]))
     assert run.result == pytest.approx(info["return_mean"])
     assert (record / "ppo__CartPole-v1.gif").is_file()
+    # An evaluation record has no learning curve: the plot command says so.
+    from experiments import plot
+
+    with pytest.raises(
+        plot.PlotError, match=r"a record of python -m experiments\.evaluate"
+    ):
+        plot.compare([str(record)], out=str(runs.parent / "plot"))
     # The same numbers as loading the run in Python and evaluating it.
     import experiments
 
