@@ -254,10 +254,8 @@ def _video(
         num_episodes=config["video_episodes"],
         max_steps=min(config["max_steps"], 10_000),
     )
-    frames = [frame for episode in episodes.frames for frame in episode]
-    stem = f"{config['agent'] or run.info['agent']}__{run.info['env']}".replace(
-        "/", "_"
-    )
+    frames = episodes.joined()
+    stem = f"{run.info['agent']}__{run.info['env']}".replace("/", "_")
     run.info["video_returns"] = [float(r) for r in episodes.returns]
     if not run.observers:
         out = Path("videos")
