@@ -418,7 +418,14 @@ def run(
     eval_keys = jax.vmap(lambda k: jr.fold_in(k, 0x5EED))(seed_keys)
 
     t0 = time.perf_counter()
-    init_fn = partial(init_seeds, agent, env, num_envs=num_envs, total_steps=total)
+    init_fn = partial(
+        init_seeds,
+        agent,
+        env,
+        num_envs=num_envs,
+        total_steps=total,
+        sequential=sharding is None,
+    )
     chunk_fn = partial(_chunk_seeds, agent, env, iterations=chunk_iters)
     if state is not None:
         state_shape = jax.eval_shape(

@@ -9,11 +9,8 @@ import jax
 import jax.random as jr
 from jaxtyping import Array, Float, Key, PyTree, UInt32
 
-from envs import AbstractEnv
-from zoo import AbstractAgent
-
 from ._sweep import with_hparams
-from ._train import TrainState, init
+from ._train import Agent, Env, TrainState, init
 
 T = TypeVar("T")
 
@@ -25,13 +22,14 @@ def _without_weak_types(tree: T) -> T:
 
 
 def init_seeds(
-    agent: AbstractAgent,
-    env: AbstractEnv,
+    agent: Agent,
+    env: Env,
     keys: Key[Array, " seeds"] | UInt32[Array, "seeds 2"],
     hparams: Mapping[str, Float[Array, " seeds"]] | None = None,
     *,
     num_envs: int,
     total_steps: int,
+    sequential: bool = True,
 ) -> TrainState:
     """`runners.init` for every key of `keys`: the state `runners.run` starts from.
 
@@ -46,24 +44,39 @@ def init_seeds(
     - `hparams`: a sweep's float hyperparameters, one value per key (see
       `runners.run`'s `sweep`).
     - `num_envs`, `total_steps`: as for `runners.init`.
+    - `sequential`: build the seeds' states one after another (`lax.map`)
+      rather than vmapped; the states are the same (see below). `runners.run`
+      vmaps only when its runs are sharded over several devices.
 
     **Returns:** a `TrainState` with a leading seed axis.
     """
-    state = jax.vmap(
-        lambda k, h: init(
+
+    def one(key, h):
+        return init(
             with_hparams(agent, h),
             env,
-            key=k,
+            key=key,
             num_envs=num_envs,
             total_steps=total_steps,
         )
-    )(keys, hparams or {})
+
+    # One seed after another, not vmapped: networks are initialised with
+    # orthogonal matrices from LAPACK's QR, which, batched over seeds, splits
+    # the batch over XLA's CPU thread pool from inside a worker of that pool and
+    # waits. Two such QRs at once (actor and critic, or two agents) took every
+    # worker of a 2-core machine and hung forever (jax 0.10). Unbatched, each QR
+    # runs in place; the states are the same, bit for bit. Runs sharded over
+    # devices are vmapped: a loop over a sharded axis would not keep to it.
+    if sequential:
+        state = jax.lax.map(lambda kh: one(*kh), (keys, hparams or {}))
+    else:
+        state = jax.vmap(one)(keys, hparams or {})
     return _without_weak_types(state)
 
 
 def state_template(
-    agent: AbstractAgent,
-    env: AbstractEnv,
+    agent: Agent,
+    env: Env,
     *,
     num_envs: int,
     total_steps: int,
