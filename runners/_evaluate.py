@@ -6,23 +6,24 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray, PyTree
 
-from envs import AbstractEnv, AbstractWrapper
-from zoo import AbstractAgent
+from envs import AbstractEnv, AbstractMultiAgentEnv, AbstractWrapper
+from zoo import AbstractAgent, AbstractLearners
 
-from ._train import TrainState
+from . import _multi
+from ._train import Agent, Env, TrainState
 
 
 @eqx.filter_jit
 def evaluate(
-    agent: AbstractAgent,
+    agent: Agent,
     state: PyTree,
-    env: AbstractEnv,
+    env: Env,
     *,
     key: PRNGKeyArray,
     num_episodes: int = 128,
     max_steps: int = 100_000,
     greedy: bool = True,
-) -> Float[Array, "*seeds episodes"]:
+) -> Float[Array, "*seeds episodes"] | dict[str, Float[Array, "*seeds episodes"]]:
     """Play `num_episodes` episodes in parallel with the (greedy) policy.
 
     Steps all episodes together until each has ended once (or `max_steps` steps).
@@ -40,10 +41,24 @@ def evaluate(
     **Returns:** the undiscounted return of each episode: `[num_episodes]`, or
     `[num_seeds, num_episodes]` for a `TrainState` with a seed axis (row `i` equals
     `evaluate(agent, runners.seed_state(state, i), env, key=jr.fold_in(key, i))`).
+    On a multi-agent env (with `zoo.Shared` or `zoo.Independent` learners), a
+    dict of them per agent name; an episode ends when every agent's has.
 
     **Raises:** `ValueError` for a `TrainState` with more than one leading axis.
     """
-    play = lambda s, k: _play(agent, s, env, k, num_episodes, max_steps, greedy)
+    _multi.check_pair(agent, env)
+    if isinstance(agent, AbstractLearners):
+        assert isinstance(env, AbstractMultiAgentEnv)
+        learners, multi_env = agent, env
+        play = lambda s, k: _multi.play(
+            learners, s, multi_env, k, num_episodes, max_steps, greedy
+        )
+    else:
+        assert isinstance(env, AbstractEnv)
+        single, single_env = agent, env
+        play = lambda s, k: _play(
+            single, s, single_env, k, num_episodes, max_steps, greedy
+        )
     if not isinstance(state, TrainState):
         return play(state, key)
     ndim = state.iteration.ndim

@@ -16,13 +16,12 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jaxtyping import PRNGKeyArray
 
-from envs import AbstractEnv
-from zoo import AbstractAgent
-
 from ._evaluate import evaluate
 from ._state import init_seeds
 from ._sweep import Sweep, check_sweep, run_hparams, with_hparams
 from ._train import (
+    Agent,
+    Env,
     TrainState,
     num_iterations,
     steps_per_iteration,
@@ -36,6 +35,7 @@ _START = 0x57A27
 
 # Summed over iterations rather than averaged when a chunk is reported.
 _EPISODE_SUMS = ("episodes", "episode_return_sum", "episode_length_sum")
+_AGENT_SUM = "episode_return_sum."  # + agent name, on a multi-agent env
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +52,10 @@ class Report:
 
     With `run(..., eval_at_start=True)`, a first report (`chunk` 0, `env_steps`
     0, empty `train`) carries the untrained agent's evaluation.
+
+    On a multi-agent env, returns are summed over the env's agents, and
+    `eval_agent_returns` holds each agent's (`{agent_name: [per seed]}`); `train`
+    has `episode_return.<agent_name>` too.
     """
 
     env_steps: int
@@ -63,6 +67,7 @@ class Report:
     train: dict[str, float]
     eval_returns: list[float] | None = None
     train_runs: list[dict[str, float]] | None = None
+    eval_agent_returns: dict[str, list[float]] | None = None
 
     @property
     def eval_return_mean(self) -> float | None:
@@ -83,7 +88,10 @@ class RunResult:
     chunk. `chunks`: the plan, `(num_chunks, iterations_per_chunk)`.
 
     A sweep's result has a leading run axis instead of the seed axis (member `m`,
-    seed `s` at `m * num_seeds + s`), and `sweep` holds its members' values."""
+    seed `s` at `m * num_seeds + s`), and `sweep` holds its members' values.
+
+    On a multi-agent env, `final_returns` sums the agents' returns and
+    `agent_returns` holds each agent's, `{agent_name: [num_seeds, episodes]}`."""
 
     state: TrainState
     final_returns: np.ndarray
@@ -94,6 +102,7 @@ class RunResult:
     stopped: bool = False
     chunks: tuple[int, int] = (0, 0)
     sweep: dict[str, list[float]] | None = None
+    agent_returns: dict[str, np.ndarray] | None = None
 
     @property
     def member_returns(self) -> np.ndarray:
@@ -252,7 +261,7 @@ class _Compiler:
 
 
 def plan(
-    agent: AbstractAgent, num_envs: int, total_steps: int, eval_every: int | None
+    agent: Agent, num_envs: int, total_steps: int, eval_every: int | None
 ) -> tuple[int, int]:
     """`(num_chunks, iterations_per_chunk)` covering at least `total_steps` steps.
 
@@ -274,8 +283,8 @@ def plan(
 
 
 def run(
-    agent: AbstractAgent,
-    env: AbstractEnv,
+    agent: Agent,
+    env: Env,
     *,
     key: PRNGKeyArray,
     total_steps: int,
@@ -513,20 +522,36 @@ def run(
     )
     reports: list[Report] = []
     final_returns = np.zeros((num_runs, 0), np.float32)
+    agent_names = getattr(env, "agents", None)
+    final_agent_returns = (
+        None if agent_names is None else {a: final_returns for a in agent_names}
+    )
     stopped = False
     gathered: Any = None
     t_train = time.perf_counter()
     steps = start_iter * per_iter
 
-    def greedy(agent_state: Any, num_episodes: int, fold: int) -> np.ndarray:
-        """`[num_runs, num_episodes]` greedy returns, with the evaluation keys
-        folded with `fold`."""
+    def greedy(
+        agent_state: Any, num_episodes: int, fold: int
+    ) -> tuple[np.ndarray, dict[str, np.ndarray] | None]:
+        """`[num_runs, num_episodes]` greedy returns (summed over the agents of a
+        multi-agent env), with the evaluation keys folded with `fold`; and each
+        agent's, or `None` on a single-agent env."""
         k = jax.vmap(lambda k: jr.fold_in(k, fold))(eval_keys)
-        return fetch(eval_compiled[num_episodes](agent_state, k, hparams))[:num_runs]
+        out = fetch(eval_compiled[num_episodes](agent_state, k, hparams))
+        if agent_names is None:
+            return np.asarray(out)[:num_runs], None
+        per_agent = {a: np.asarray(out[a])[:num_runs] for a in agent_names}
+        return np.sum(list(per_agent.values()), axis=0), per_agent
+
+    def seed_means(per_agent: dict[str, np.ndarray] | None):
+        if per_agent is None:
+            return None
+        return {a: [float(r) for r in v.mean(axis=1)] for a, v in per_agent.items()}
 
     if eval_at_start and start_iter == 0:
         # Keys of their own: the chunks' evaluations fold in the chunk index.
-        returns = greedy(carry.agent_state, eval_episodes, _START)
+        returns, per_agent = greedy(carry.agent_state, eval_episodes, _START)
         report = Report(
             env_steps=0,
             total_steps=total,
@@ -537,6 +562,7 @@ def run(
             train={},
             eval_returns=[float(r) for r in returns.mean(axis=1)],
             train_runs=None if sweep is None else [{} for _ in range(num_runs)],
+            eval_agent_returns=seed_means(per_agent),
         )
         reports.append(report)
         if callback is not None:
@@ -547,13 +573,14 @@ def run(
         metrics, finite = unpad(fetch((metrics, finite)))
         _check_finite(metrics, finite, first_step=steps + per_iter, per_iter=per_iter)
         last = chunk == num_chunks - 1
-        eval_returns = None
+        eval_returns = per_agent = None
         if last or eval_every is not None:
             n = final_eval_episodes if last else eval_episodes
-            returns = greedy(carry.agent_state, n, chunk)
+            returns, per_agent = greedy(carry.agent_state, n, chunk)
             eval_returns = [float(r) for r in returns.mean(axis=1)]
             if last:
                 final_returns = np.asarray(returns)
+                final_agent_returns = per_agent
         prev_steps, steps = steps, (chunk + 1) * chunk_iters * per_iter
         elapsed = time.perf_counter() - t_train
         report = Report(
@@ -571,6 +598,7 @@ def run(
                 _summarise({k: v[r : r + 1] for k, v in metrics.items()})
                 for r in range(num_runs)
             ],
+            eval_agent_returns=seed_means(per_agent),
         )
         reports.append(report)
         if callback is not None:
@@ -604,6 +632,7 @@ def run(
         stopped,
         (num_chunks, chunk_iters),
         sweep_values,
+        final_agent_returns,
     )
 
 
@@ -726,10 +755,19 @@ def _check_finite(
 
 
 def _summarise(metrics: dict[str, np.ndarray]) -> dict[str, float]:
-    out = {k: float(np.mean(v)) for k, v in metrics.items() if k not in _EPISODE_SUMS}
+    """Training metrics averaged over a chunk's iterations and the runs; episode
+    returns and lengths (`episode_return_sum`, and per agent of a multi-agent
+    env `episode_return_sum.<agent_name>`) over the episodes that ended."""
+    per_agent = [k for k in metrics if k.startswith(_AGENT_SUM)]
+    out = {
+        k: float(np.mean(v))
+        for k, v in metrics.items()
+        if k not in _EPISODE_SUMS and k not in per_agent
+    }
     episodes = float(np.sum(metrics["episodes"]))
-    for name in ("return", "length"):
-        total = float(np.sum(metrics[f"episode_{name}_sum"]))
-        out[f"episode_{name}"] = total / episodes if episodes else float("nan")
+    for key in ["episode_return_sum", "episode_length_sum", *per_agent]:
+        total = float(np.sum(metrics[key]))
+        name = key.replace("_sum", "", 1)
+        out[name] = total / episodes if episodes else float("nan")
     out["episodes"] = episodes
     return out

@@ -11,13 +11,15 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import equinox as eqx
 import numpy as np
 from jaxtyping import Array, Float
 
 from zoo import AbstractAgent
+
+T = TypeVar("T")
 
 # Values are checked by `check_sweep` (a clear error), not by annotations.
 Sweep = Mapping[str, Any]
@@ -36,7 +38,7 @@ def sweepable(agent: AbstractAgent) -> tuple[str, ...]:
     return tuple(names)
 
 
-def check_sweep(agent: AbstractAgent, sweep: Sweep) -> int:
+def check_sweep(agent: Any, sweep: Sweep) -> int:
     """The number of members of `sweep` (`{name: [value per member]}`).
 
     **Raises:** `ValueError`, naming the problem and the fix, for an empty sweep,
@@ -47,6 +49,11 @@ def check_sweep(agent: AbstractAgent, sweep: Sweep) -> int:
         raise ValueError(
             "sweep must map hyperparameter names to lists of values, e.g. "
             "{'learning_rate': [1e-3, 3e-3]}; got " + repr(sweep)
+        )
+    if not isinstance(agent, AbstractAgent):
+        raise ValueError(
+            f"sweep: a sweep varies one zoo agent's hyperparameters, not those of "
+            f"{type(agent).__name__} learners; train one run per value"
         )
     allowed = sweepable(agent)
     fields = {f.name for f in dataclasses.fields(agent)}
@@ -106,9 +113,7 @@ def run_hparams(
     return out
 
 
-def with_hparams(
-    agent: AbstractAgent, hparams: Mapping[str, Float[Array, ""] | Any]
-) -> AbstractAgent:
+def with_hparams(agent: T, hparams: Mapping[str, Float[Array, ""] | Any]) -> T:
     """`agent` with the hyperparameters named in `hparams` replaced by its values
     (traced scalars inside a `vmap` over runs). Nothing when `hparams` is empty."""
     if not hparams:

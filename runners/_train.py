@@ -8,8 +8,15 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 
-from envs import AbstractEnv, EpisodeStatistics
-from zoo import AbstractAgent, Transition
+from envs import AbstractEnv, AbstractMultiAgentEnv, EpisodeStatistics
+from zoo import AbstractAgent, AbstractLearners, Transition
+
+from . import _multi
+
+# A zoo agent on a single-agent env, or learners (`zoo.Shared`,
+# `zoo.Independent`) on a multi-agent env.
+Agent = AbstractAgent | AbstractLearners
+Env = AbstractEnv | AbstractMultiAgentEnv
 
 
 @final
@@ -24,24 +31,30 @@ class TrainState(eqx.Module):
     agent_state: PyTree
     memory: PyTree
     env_state: PyTree
-    obs: Shaped[Array, "envs ..."]
+    obs: PyTree[Shaped[Array, "envs ..."]]  # per agent name on a multi-agent env
     key: PRNGKeyArray
     iteration: Int[Array, ""]
     env_steps: Int[Array, ""]
 
 
-def steps_per_iteration(agent: AbstractAgent, num_envs: int) -> int:
+def steps_per_iteration(agent: Agent, num_envs: int) -> int:
     return num_envs * agent.num_steps
 
 
-def validate(
-    agent: AbstractAgent, env: AbstractEnv, num_envs: int, total_steps: int
-) -> None:
-    """Raise `ValueError` for a configuration that cannot train, before compiling."""
+def validate(agent: Agent, env: Env, num_envs: int, total_steps: int) -> None:
+    """Raise `ValueError` for a configuration that cannot train, before compiling:
+    also for a zoo agent on a multi-agent env (it needs `zoo.Shared` or
+    `zoo.Independent` learners) and for learners on a single-agent env."""
     if not isinstance(num_envs, int) or num_envs <= 0:
         raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
     if not isinstance(total_steps, int) or total_steps <= 0:
         raise ValueError(f"total_steps must be a positive integer, got {total_steps!r}")
+    if _multi.check_pair(agent, env):
+        assert isinstance(agent, AbstractLearners)
+        assert isinstance(env, AbstractMultiAgentEnv)
+        agent.check(env, num_envs)
+        return
+    assert isinstance(agent, AbstractAgent) and isinstance(env, AbstractEnv)
     agent.check(env.observation_space, env.action_space, num_envs)
     agent.check_observations(env.observation_space)
 
@@ -51,8 +64,8 @@ def _wrap(env: AbstractEnv) -> EpisodeStatistics:
 
 
 def init(
-    agent: AbstractAgent,
-    env: AbstractEnv,
+    agent: Agent,
+    env: Env,
     *,
     key: PRNGKeyArray,
     num_envs: int,
@@ -60,6 +73,16 @@ def init(
 ) -> TrainState:
     """The state a run starts from: fresh agent state, empty memory, reset envs."""
     validate(agent, env, num_envs, total_steps)
+    if isinstance(agent, AbstractLearners):
+        return _multi.init(
+            agent,
+            env,
+            key=key,
+            num_envs=num_envs,
+            total_steps=total_steps,
+            state_cls=TrainState,
+        )
+    assert isinstance(env, AbstractEnv)
     wrapped = _wrap(env)
     k_agent, k_env, k_example, k_run = jr.split(key, 4)
     agent_state = agent.init(
@@ -135,16 +158,25 @@ def _iteration(agent: AbstractAgent, env: AbstractEnv, state: TrainState):
 
 
 def train_chunk(
-    agent: AbstractAgent, env: AbstractEnv, state: TrainState, num_iterations: int
+    agent: Agent, env: Env, state: TrainState, num_iterations: int
 ) -> tuple[TrainState, dict[str, Float[Array, " iterations"]]]:
     """Run `num_iterations` iterations in one `lax.scan`; metrics are stacked."""
+    if isinstance(agent, AbstractLearners):
+        assert isinstance(env, AbstractMultiAgentEnv)
+        return jax.lax.scan(
+            lambda s, _: _multi.iteration(agent, env, s),
+            state,
+            None,
+            length=num_iterations,
+        )
+    assert isinstance(agent, AbstractAgent) and isinstance(env, AbstractEnv)
     wrapped = _wrap(env)
     return jax.lax.scan(
         lambda s, _: _iteration(agent, wrapped, s), state, None, length=num_iterations
     )
 
 
-def num_iterations(agent: AbstractAgent, num_envs: int, total_steps: int) -> int:
+def num_iterations(agent: Agent, num_envs: int, total_steps: int) -> int:
     """Iterations needed for at least `total_steps` env steps (all envs together)."""
     per = steps_per_iteration(agent, num_envs)
     return -(-total_steps // per)
@@ -152,8 +184,8 @@ def num_iterations(agent: AbstractAgent, num_envs: int, total_steps: int) -> int
 
 @eqx.filter_jit
 def train(
-    agent: AbstractAgent,
-    env: AbstractEnv,
+    agent: Agent,
+    env: Env,
     *,
     key: PRNGKeyArray,
     total_steps: int,

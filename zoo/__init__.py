@@ -19,6 +19,11 @@ from ._memory import (
     Sample as Sample,
     Transition as Transition,
 )
+from ._multi import (
+    AbstractLearners as AbstractLearners,
+    Independent as Independent,
+    Shared as Shared,
+)
 from ._networks import (
     TORSOS as TORSOS,
     Critic as Critic,

@@ -1,0 +1,197 @@
+"""Training and evaluation on multi-agent envs: the same `TrainState`, iteration
+and chunk as single-agent runs, with observations, actions and transitions kept
+per agent name and the learners (`zoo.Shared`, `zoo.Independent`) acting and
+learning for every agent."""
+
+from functools import partial
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
+
+from envs import AbstractEnv, AbstractMultiAgentEnv
+from envs._multi import ALL
+from zoo import AbstractAgent, AbstractLearners, Transition
+
+
+class StatsState(eqx.Module):
+    """A multi-agent env's state with the running return of each agent and the
+    length of the episode under way."""
+
+    env_state: PyTree
+    returns: dict[str, Float[Array, ""]]
+    length: Int[Array, ""]
+
+
+def check_pair(agent: Any, env: Any) -> bool:
+    """Whether `(agent, env)` is a multi-agent pair.
+
+    **Raises:** `ValueError` for learners on a single-agent env or a zoo agent
+    on a multi-agent env (with the fix).
+    """
+    multi_env = isinstance(env, AbstractMultiAgentEnv)
+    if multi_env and isinstance(agent, AbstractAgent):
+        raise ValueError(
+            f"{env.name} is a multi-agent env (agents {list(env.agents)}): give "
+            f"learners for it, zoo.Shared({type(agent).__name__}(...)) for one "
+            f"agent shared by all, or zoo.Independent.of({type(agent).__name__}"
+            "(...), env) for one per agent"
+        )
+    if isinstance(agent, AbstractLearners) and not multi_env:
+        raise ValueError(
+            f"{type(agent).__name__} learners train on a multi-agent env, but "
+            f"{getattr(env, 'name', type(env).__name__)} is a single-agent env; "
+            "give the zoo agent itself"
+        )
+    if multi_env and not isinstance(agent, AbstractLearners):
+        raise ValueError(
+            f"expected zoo.Shared or zoo.Independent learners for {env.name}, got "
+            f"{type(agent).__name__}"
+        )
+    if not multi_env and not isinstance(env, AbstractEnv):
+        raise ValueError(f"expected an env of envs, got {type(env).__name__}")
+    return multi_env
+
+
+def reset(env: AbstractMultiAgentEnv, key: PRNGKeyArray):
+    obs, state = env.reset(key)
+    zero = jnp.array(0.0, jnp.float32)
+    returns = {a: zero for a in env.agents}
+    return obs, StatsState(state, returns, jnp.array(0, jnp.int32))
+
+
+def step(env: AbstractMultiAgentEnv, key: PRNGKeyArray, state: StatsState, actions):
+    """`env.step`, with `info["episode_return"]` (per agent),
+    `info["episode_length"]` and `info["episode_done"]` as `EpisodeStatistics`
+    gives them for single-agent envs."""
+    obs, env_state, rewards, term, trunc, info = env.step(key, state.env_state, actions)
+    returns = {a: state.returns[a] + rewards[a] for a in env.agents}
+    length = state.length + 1
+    done = term[ALL] | trunc[ALL]
+    info = {
+        **info,
+        "episode_return": returns,
+        "episode_length": length,
+        "episode_done": done,
+    }
+    zero = jnp.zeros_like(length)
+    new = StatsState(
+        env_state,
+        {a: jnp.where(done, 0.0, r) for a, r in returns.items()},
+        jnp.where(done, zero, length),
+    )
+    return obs, new, rewards, term, trunc, info
+
+
+def _transition(learners, env, agent_state, obs, env_state, key):
+    num_envs = jax.tree.leaves(obs)[0].shape[0]
+    k_act, k_env = jr.split(key)
+    actions, extras = learners.act(agent_state, obs, key=k_act)
+    next_obs, env_state, rewards, term, trunc, info = jax.vmap(partial(step, env))(
+        jr.split(k_env, num_envs), env_state, actions
+    )
+    final = info["final_observation"]
+    transition = {
+        a: Transition(
+            obs[a], actions[a], rewards[a], term[a], trunc[a], final[a], extras[a]
+        )
+        for a in env.agents
+    }
+    return transition, env_state, next_obs, info
+
+
+def init(learners, env, *, key, num_envs, total_steps, state_cls):
+    k_agent, k_env, k_example, k_run = jr.split(key, 4)
+    agent_state = learners.init(
+        env, key=k_agent, num_envs=num_envs, total_steps=total_steps
+    )
+    obs, env_state = jax.vmap(partial(reset, env))(jr.split(k_env, num_envs))
+    example = jax.eval_shape(
+        lambda: _transition(learners, env, agent_state, obs, env_state, k_example)[0]
+    )
+    example = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), example)
+    memory = learners.init_memory(example, num_envs)
+    zero = jnp.array(0, jnp.int32)
+    return state_cls(agent_state, memory, env_state, obs, k_run, zero, zero)
+
+
+def iteration(learners: AbstractLearners, env: AbstractMultiAgentEnv, state: Any):
+    """One iteration, as `runners._train._iteration`; metrics add
+    `episode_return_sum.<agent>` beside `episode_return_sum` (all agents'
+    returns summed)."""
+    key = jr.fold_in(state.key, state.iteration)
+    k_collect, k_update = jr.split(key)
+
+    def env_step(carry, k):
+        env_state, obs = carry
+        transition, env_state, obs, info = _transition(
+            learners, env, state.agent_state, obs, env_state, k
+        )
+        stats = (info["episode_return"], info["episode_length"], info["episode_done"])
+        return (env_state, obs), (transition, stats)
+
+    (env_state, obs), (trajectory, (ep_returns, ep_length, ep_done)) = jax.lax.scan(
+        env_step, (state.env_state, state.obs), jr.split(k_collect, learners.num_steps)
+    )
+    memory = learners.add(state.memory, trajectory)
+    agent_state, memory, metrics = learners.update(
+        state.agent_state, memory, key=k_update
+    )
+    agent_state = learners.observe(agent_state, trajectory)
+    done = ep_done.astype(jnp.float32)
+    per_agent = {a: jnp.sum(r * done) for a, r in ep_returns.items()}
+    metrics = {
+        **metrics,
+        "episodes": jnp.sum(done),
+        "episode_return_sum": sum(per_agent.values()),
+        "episode_length_sum": jnp.sum(ep_length * done),
+        **{f"episode_return_sum.{a}": s for a, s in per_agent.items()},
+    }
+    new = type(state)(
+        agent_state,
+        memory,
+        env_state,
+        obs,
+        state.key,
+        state.iteration + 1,
+        state.env_steps + ep_done.size,
+    )
+    return new, metrics
+
+
+def play(
+    learners: AbstractLearners,
+    state: PyTree,
+    env: AbstractMultiAgentEnv,
+    key: PRNGKeyArray,
+    num_episodes: int,
+    max_steps: int,
+    greedy: bool,
+) -> dict[str, Float[Array, " episodes"]]:
+    """Each agent's return in `num_episodes` episodes played in parallel."""
+    k_reset, k_loop = jr.split(key)
+    obs, env_state = jax.vmap(env.reset)(jr.split(k_reset, num_episodes))
+    returns = {a: jnp.zeros(num_episodes) for a in env.agents}
+    done = jnp.zeros(num_episodes, dtype=bool)
+
+    def cond(carry):
+        _, _, _, done, t = carry
+        return (t < max_steps) & ~jnp.all(done)
+
+    def body(carry):
+        obs, env_state, returns, done, t = carry
+        k_act, k_env = jr.split(jr.fold_in(k_loop, t))
+        actions, _ = learners.act(state, obs, key=k_act, greedy=greedy)
+        obs, env_state, rewards, term, trunc, _ = jax.vmap(env.step)(
+            jr.split(k_env, num_episodes), env_state, actions
+        )
+        returns = {a: r + jnp.where(done, 0.0, rewards[a]) for a, r in returns.items()}
+        ended: Bool[Array, " episodes"] = term[ALL] | trunc[ALL]
+        return obs, env_state, returns, done | ended, t + 1
+
+    carry = (obs, env_state, returns, done, jnp.array(0))
+    _, _, returns, _, _ = jax.lax.while_loop(cond, body, carry)
+    return returns
