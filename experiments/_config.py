@@ -59,6 +59,95 @@ def resolved_hp(agent: Any, env: Any) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in hp.items()}
 
 
+def make_env(name: str, params: dict[str, Any]) -> Any:
+    """`envs.make(name, **params)`, or `envs.make_multi` for a multi-agent name."""
+    import envs
+
+    if envs.is_multi_agent(name):
+        return envs.make_multi(name, **params)
+    return envs.make(name, **params)
+
+
+def make_agent(
+    agent: str,
+    hp: dict[str, Any],
+    env: Any,
+    sharing: str | None = None,
+    agent_id: bool = False,
+    per_agent: dict[str, Any] | None = None,
+) -> Any:
+    """The zoo agent `zoo.make(agent, **hp)`; on a multi-agent env, learners
+    built from it: `sharing="shared"` (the default there; `agent_id` appends a
+    one-hot of the agent's index to its observations), `"self-play"` (shared,
+    no id), or `"independent"` (one agent per name; `per_agent.<name>` overrides
+    that agent's hyperparameters, and `per_agent.<name>.agent` its algorithm,
+    which then starts from that algorithm's defaults).
+
+    **Raises:** `ConfigError` naming the key at fault.
+    """
+    import envs
+    import zoo
+
+    per_agent = per_agent or {}
+    if not isinstance(env, envs.AbstractMultiAgentEnv):
+        for key, value in (("sharing", sharing), ("agent_id", agent_id or None)):
+            if value is not None:
+                raise ConfigError(
+                    f"{key}: {env.name} is a single-agent env; {key} applies to "
+                    f"multi-agent envs ({', '.join(list(envs.MULTI_AGENT)[:3])}, ...)"
+                )
+        if per_agent:
+            raise ConfigError(
+                f"per_agent: {env.name} is a single-agent env; use hp.<name>=..."
+            )
+        return zoo.make(agent, **hp)
+    sharing = "shared" if sharing is None else sharing
+    if sharing not in SHARING:
+        raise ConfigError(f"sharing: expected one of {SHARING}, got {sharing!r}")
+    if not isinstance(per_agent, dict):
+        raise ConfigError(
+            f"per_agent: expected {{agent_name: {{hyperparameter: value}}}}, got "
+            f"{per_agent!r}"
+        )
+    for name, over in per_agent.items():
+        if name not in env.agents:
+            close = difflib.get_close_matches(str(name), env.agents, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(
+                f"per_agent.{name}: {env.name} has no agent {name!r}.{hint} Its "
+                f"agents: {list(env.agents)}"
+            )
+        if not isinstance(over, dict):
+            raise ConfigError(
+                f"per_agent.{name}: expected a dict of hyperparameters (and "
+                f"optionally agent=<algorithm>), got {over!r}"
+            )
+    if per_agent and sharing != "independent":
+        raise ConfigError(
+            f"per_agent: agents differ only with sharing=independent (got "
+            f"sharing={sharing})"
+        )
+    if agent_id and sharing != "shared":
+        raise ConfigError(
+            f"agent_id: a one-hot agent id is for sharing=shared (got "
+            f"sharing={sharing}: {_WHY_NO_ID[sharing]})"
+        )
+    if sharing != "independent":
+        return zoo.Shared(zoo.make(agent, **hp), agent_id=agent_id)
+    agents = {}
+    for name in env.agents:
+        over = dict(per_agent.get(name, {}))
+        kind = over.pop("agent", agent)
+        try:
+            agents[name] = zoo.make(kind, **{**(hp if kind == agent else {}), **over})
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"per_agent.{name}: {e}") from None
+    try:
+        return zoo.Independent(agents)
+    except ValueError as e:
+        raise ConfigError(f"per_agent: {e}") from None
+
+
 def _block(agent: Any, env: Any) -> dict[str, Any]:
     if not isinstance(agent, str) or not isinstance(env, str):
         return {}
@@ -104,7 +193,17 @@ KEYS = (
     "bitwise",
     "distributed",
     "video",
+    "sharing",
+    "agent_id",
+    "per_agent",
 )
+
+# How agents learn on a multi-agent env (`sharing=`).
+SHARING = ("shared", "independent", "self-play")
+_WHY_NO_ID = {
+    "self-play": "every agent plays the same policy",
+    "independent": "each agent has its own network",
+}
 _RUN_INTS = (
     "num_seeds",
     "total_steps",
@@ -173,7 +272,7 @@ def validate(config: dict[str, Any]) -> list[str]:
         )
 
     try:
-        agent = zoo.make(agent_name, **config["hp"])
+        zoo.make(agent_name, **config["hp"])
     except (ValueError, TypeError) as e:
         key = "agent" if agent_name.lower() not in zoo.names() else _bad_hp(config)
         raise ConfigError(f"{key}: {e}") from None
@@ -184,13 +283,31 @@ def validate(config: dict[str, Any]) -> list[str]:
             f" got {env_params!r}"
         )
     try:
-        env = envs.make(env_name, **env_params)
+        env = make_env(env_name, env_params)
     except (ValueError, TypeError) as e:
         raise ConfigError(f"{'env_params' if env_params else 'env'}: {e}") from None
+    if not isinstance(config["agent_id"], bool):
+        raise ConfigError(
+            f"agent_id: expected True or False, got {config['agent_id']!r}"
+        )
+    agent = make_agent(
+        agent_name,
+        config["hp"],
+        env,
+        config["sharing"],
+        config["agent_id"],
+        config["per_agent"],
+    )
+    multi = isinstance(env, envs.AbstractMultiAgentEnv)
     try:
         runners.validate(agent, env, config["num_envs"], config["total_steps"])
     except ValueError as e:
         raise ConfigError(f"agent={agent_name} env={env_name}: {e}") from None
+    if multi and (config["sweep"] or config["sweep_samples"]):
+        raise ConfigError(
+            f"sweep: sweeps vary one zoo agent, not multi-agent learners; train "
+            f"one run per value on {env_name}"
+        )
     if config["sweep"] or config["sweep_samples"]:
         _check_sweep(config, agent, env)
     if config["video"] and (config["sweep"] or config["sweep_samples"]):
@@ -201,7 +318,7 @@ def validate(config: dict[str, Any]) -> list[str]:
     if config["video"]:
         from envs.render import RENDERABLE, renderable
 
-        if not renderable(env):
+        if not isinstance(env, envs.AbstractEnv) or not renderable(env):
             raise ConfigError(
                 f"video: {env_name} has no renderer; envs that render: "
                 f"{', '.join(RENDERABLE)}"

@@ -77,14 +77,21 @@ def load_run(path: str | Path, seed: int = 0) -> tuple[Any, Any, Any]:
 def _load(path: Path) -> tuple[Any, Any, Any, dict[str, Any]]:
     import equinox as eqx
 
-    import envs
     import runners
-    import zoo
+    from experiments import _config
 
     state_file, header_file = where(path)
     header = json.loads(header_file.read_text())
-    agent = zoo.make(header["agent"], **header["hp"])
-    env = envs.make(header["env"], **header.get("env_params", {}))
+    env = _config.make_env(header["env"], header.get("env_params", {}))
+    config = header.get("config", {})
+    agent = _config.make_agent(
+        header["agent"],
+        header["hp"],
+        env,
+        config.get("sharing"),
+        config.get("agent_id", False),
+        config.get("per_agent"),
+    )
     like = runners.state_template(
         agent,
         env,

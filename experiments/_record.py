@@ -52,6 +52,9 @@ class Recorder:
                 if self.num_seeds > 1:
                     for i, r in enumerate(returns):
                         log(f"eval.return.seed_{i}", r, step)
+                # A multi-agent env: `eval.return_mean` sums the agents' returns.
+                for name, per_seed in (report.eval_agent_returns or {}).items():
+                    log(f"eval.return.{name}", float(np.mean(per_seed)), step)
         if self.progress:
             self._show(report)
 

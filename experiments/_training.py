@@ -60,6 +60,9 @@ def train(
     bitwise: bool,
     video: bool,
     distributed: dict[str, Any],
+    sharing: str | None,
+    agent_id: bool,
+    per_agent: dict[str, Any],
     t_start: float,
 ) -> float:
     """Train, logging metrics and writing checkpoints after compiled chunks; save
@@ -79,16 +82,16 @@ def train(
     import jax
     import jax.random as jr
 
-    import envs
     import runners
-    import zoo
 
     if _run.observers:
         # The learning-curve PNG needs matplotlib (~1 s to import): load it while
         # XLA compiles, which leaves the interpreter idle.
         threading.Thread(target=_record.preload_matplotlib, daemon=True).start()
-    agent_module = zoo.make(agent, **hp)
-    env_module = envs.make(env, **env_params)
+    env_module = _config.make_env(env, env_params)
+    agent_module = _config.make_agent(
+        agent, hp, env_module, sharing, agent_id, per_agent
+    )
     available = len(jax.devices())
     if devices is not None and jax.process_count() > 1:
         raise ConfigError(

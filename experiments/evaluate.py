@@ -183,6 +183,7 @@ def main(_run: Any) -> float:
     import jax.random as jr
     import numpy as np
 
+    import envs
     import runners
     import zoo
 
@@ -193,25 +194,32 @@ def main(_run: Any) -> float:
             raise EvaluateError(f"run: cannot load {target['run']}: {e}") from None
         what = f"{target['run']} seed {config['seed']}"
     else:
-        import envs
-
         agent, state = zoo.pretrained(target["agent"], target["env"])
         env = envs.make(target["env"])
         what = "pretrained"
     name = f"{target['agent']} on {target['env']} ({what})"
-    returns = np.asarray(
-        runners.evaluate(
-            agent,
-            state,
-            env,
-            key=jr.PRNGKey(config["key"]),
-            num_episodes=config["episodes"],
-            max_steps=config["max_steps"],
-        )
+    out = runners.evaluate(
+        agent,
+        state,
+        env,
+        key=jr.PRNGKey(config["key"]),
+        num_episodes=config["episodes"],
+        max_steps=config["max_steps"],
     )
+    # A multi-agent env: each agent's returns, and their sum as the return.
+    names = env.agents if isinstance(env, envs.AbstractMultiAgentEnv) else ()
+    per_agent = {a: np.asarray(out[a]) for a in names}
+    summed = np.sum(list(per_agent.values()), axis=0) if per_agent else None
+    returns = np.asarray(out) if summed is None else summed
     mean, std, low = float(returns.mean()), float(returns.std()), float(returns.min())
     for i, r in enumerate(returns):
         _run.log_scalar("eval.return", float(r), i)
+        for a, r_a in per_agent.items():
+            _run.log_scalar(f"eval.return.{a}", float(r_a[i]), i)
+    if per_agent:
+        _run.info["agent_returns"] = {
+            a: [float(r) for r in r_a] for a, r_a in per_agent.items()
+        }
     _run.info.update(
         agent=target["agent"],
         env=target["env"],
@@ -230,6 +238,10 @@ def main(_run: Any) -> float:
         f"{name}: greedy return {mean:.1f} ± {std:.1f}, min {low:.1f}, over "
         f"{len(returns)} episodes\nper episode: "
         + textwrap.fill(episodes, 88, subsequent_indent="  ")
+        + "".join(
+            f"\n{a}: mean {r_a.mean():.1f} ± {r_a.std():.1f}"
+            for a, r_a in per_agent.items()
+        )
         + "".join(f"\nvideo: {v}" for v in videos)
         + f"\n{_experiment.where(_run)}; {time.perf_counter() - _T_START:.1f} s",
         flush=True,

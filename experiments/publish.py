@@ -93,9 +93,12 @@ def commit(allow_dirty: bool) -> str:
 
 
 def parse_pairs(specs: list[str]) -> list[tuple[str, str]]:
+    import envs
     import experiments
 
-    tuned = experiments.pairs()
+    # The pretrained zoo holds single-agent agents: `zoo.pretrained` returns a
+    # zoo agent, not multi-agent learners.
+    tuned = [(a, e) for a, e in experiments.pairs() if not envs.is_multi_agent(e)]
     if not specs:
         return tuned
     pairs = []

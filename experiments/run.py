@@ -5,6 +5,7 @@
     python -m experiments.run with agent=dqn                    # CartPole-v1, tuned
     python -m experiments.run with agent=ppo env=Pendulum-v1 num_seeds=8
     python -m experiments.run with agent=dqn hp.learning_rate=1e-3
+    python -m experiments.run with agent=ppo env=MPE_simple_spread_v3 sharing=shared
     python -m experiments.run print_config with agent=ppo env=Acrobot-v1
     python -m experiments.run -m localhost:27017:equizoo with agent=dqn   # + MongoDB
     python -m experiments.run with resume=runs/1      # continue from its checkpoint
@@ -106,6 +107,15 @@ def config():
     keep_checkpoints = _resume.resumed(
         resume, "keep_checkpoints", _config.KEEP_CHECKPOINTS
     )
+    # on a multi-agent env (envs.make_multi): "shared" (the default there: one
+    # agent acts and learns for all, vmapped over agents), "self-play" (shared,
+    # without agent id) or "independent" (one agent per agent name)
+    sharing = _resume.resumed(resume, "sharing", None)
+    # sharing="shared": append a one-hot of the agent's index to its observations
+    agent_id = _resume.resumed(resume, "agent_id", False)
+    # sharing="independent": `per_agent.<agent_name>.<hp>=value` overrides that
+    # agent's hyperparameters; `per_agent.<agent_name>.agent=dqn` its algorithm
+    per_agent = _resume.resumed(resume, "per_agent", {})
     # a GIF (and MP4 with ffmpeg) of one greedy episode of the final policy
     # (seed 0), an artifact of the record; for envs that render
     video = False
@@ -156,6 +166,9 @@ def main(
     bitwise: bool,
     video: bool,
     distributed: dict[str, Any],
+    sharing: str | None,
+    agent_id: bool,
+    per_agent: dict[str, Any],
     _run: Any,
 ) -> float:
     """Train, logging metrics and writing checkpoints after compiled chunks; save

@@ -88,6 +88,29 @@ CASES = [
         "agent=ppo env=CartPole-v1: ",
         "minibatch",
     ),
+    (
+        "multi-agent-action-space-does-not-fit",
+        ["agent=sac", "env=marl/MatrixGame"],
+        "agent=sac env=marl/MatrixGame: ",
+        "continuous (Box) action space",
+    ),
+    (
+        "unknown-agent-name-in-per-agent-config",
+        [
+            "agent=ppo",
+            "env=marl/MatrixGame",
+            "sharing=independent",
+            "per_agent.agent_7.learning_rate=0.001",
+        ],
+        "per_agent.agent_7: ",
+        "Its agents: ['agent_0', 'agent_1']",
+    ),
+    (
+        "sharing-on-a-single-agent-env",
+        ["sharing=independent"],
+        "sharing: ",
+        "single-agent env",
+    ),
     ("zero-checkpoint-every", ["checkpoint_every=0"], "checkpoint_every: ", "positive"),
     (
         "negative-checkpoint-every",
