@@ -194,7 +194,8 @@ def _same_reports(a, b):
 
 @pytest.mark.parametrize(
     ("agent_name", "num_seeds"),
-    [("dqn", 1), ("dqn", 3), ("ppo", 1), ("ppo", 3), ("sac", 2)],
+    # Several seeds each: one seed is the same code path with a shorter axis.
+    [("dqn", 3), ("ppo", 3), ("sac", 2)],
 )
 def test_resume_is_exact(tmp_path, agent_name, num_seeds):
     agent, env = SMALL[agent_name](), envs.make(ENV[agent_name])

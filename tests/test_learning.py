@@ -25,7 +25,6 @@ from experiments.configs import tuned
         ("qrdqn", "CartPole-v1", 475.0),
         ("pqn", "CartPole-v1", 475.0),
         ("a2c", "CartPole-v1", 475.0),
-        ("ppo", "Pendulum-v1", -250.0),
         ("sac", "Pendulum-v1", -250.0),
         ("td3", "Pendulum-v1", -250.0),
         ("ddpg", "Pendulum-v1", -300.0),
