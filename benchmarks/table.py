@@ -150,15 +150,15 @@ def commit() -> str:
 def child(agent_name: str, env_name: str, seeds: int, t_launch: float) -> dict:
     import jax.random as jr
 
-    import envs
     import runners
-    import zoo
+    from experiments import _config
     from experiments.configs import tuned
 
     block = tuned(agent_name, env_name)
     assert block is not None
-    agent = zoo.make(agent_name, **block.get("hp", {}))
-    env = envs.make(env_name)
+    env = _config.make_env(env_name, {})
+    # On a multi-agent env: one agent shared by all (experiments.run's default).
+    agent = _config.make_agent(agent_name, block.get("hp", {}), env)
     total = block["total_steps"]
     result = runners.run(
         agent,
@@ -192,6 +192,17 @@ def child(agent_name: str, env_name: str, seeds: int, t_launch: float) -> dict:
         "steps_per_s": round(result.total_steps * seeds / result.train_s),
         "cache": "off",
         "config": block,
+        **(
+            {}
+            if result.agent_returns is None
+            else {
+                "sharing": "shared",
+                "agent_returns": {
+                    a: [round(float(r), 3) for r in v.mean(axis=1)]
+                    for a, v in result.agent_returns.items()
+                },
+            }
+        ),
     }
 
 
