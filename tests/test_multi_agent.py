@@ -142,3 +142,10 @@ def test_cli_trains_records_and_evaluates_multi_agent_runs(tmp_path, monkeypatch
     assert done.info["returns"] == [
         a + b for a, b in zip(per_agent["agent_0"], per_agent["agent_1"], strict=True)
     ]
+
+
+def test_non_finite_learners_stop_the_run():
+    broken = zoo.PPO(num_steps=8, hidden_sizes=(16,), learning_rate=float("nan"))
+    learners = zoo.Independent({"agent_0": PPO, "agent_1": broken})
+    with pytest.raises(runners.NonFiniteError, match="agent_1"):
+        runners.run(learners, GAME, key=jr.PRNGKey(0), total_steps=256, num_envs=4)
