@@ -86,7 +86,10 @@ def step(env: AbstractMultiAgentEnv, key: PRNGKeyArray, state: StatsState, actio
     return obs, new, rewards, term, trunc, info
 
 
-def _transition(learners, env, agent_state, obs, env_state, key):
+def transition(learners, env, agent_state, obs, env_state, key):
+    """One step of every env, as `runners._train._transition`: per agent name,
+    `(Transition[num_envs], ...)`, with each agent's running return in
+    `info["episode_return"]`."""
     num_envs = jax.tree.leaves(obs)[0].shape[0]
     k_act, k_env = jr.split(key)
     actions, extras = learners.act(agent_state, obs, key=k_act)
@@ -110,56 +113,12 @@ def init(learners, env, *, key, num_envs, total_steps, state_cls):
     )
     obs, env_state = jax.vmap(partial(reset, env))(jr.split(k_env, num_envs))
     example = jax.eval_shape(
-        lambda: _transition(learners, env, agent_state, obs, env_state, k_example)[0]
+        lambda: transition(learners, env, agent_state, obs, env_state, k_example)[0]
     )
     example = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), example)
     memory = learners.init_memory(example, num_envs)
     zero = jnp.array(0, jnp.int32)
     return state_cls(agent_state, memory, env_state, obs, k_run, zero, zero)
-
-
-def iteration(learners: AbstractLearners, env: AbstractMultiAgentEnv, state: Any):
-    """One iteration, as `runners._train._iteration`; metrics add
-    `episode_return_sum.<agent>` beside `episode_return_sum` (all agents'
-    returns summed)."""
-    key = jr.fold_in(state.key, state.iteration)
-    k_collect, k_update = jr.split(key)
-
-    def env_step(carry, k):
-        env_state, obs = carry
-        transition, env_state, obs, info = _transition(
-            learners, env, state.agent_state, obs, env_state, k
-        )
-        stats = (info["episode_return"], info["episode_length"], info["episode_done"])
-        return (env_state, obs), (transition, stats)
-
-    (env_state, obs), (trajectory, (ep_returns, ep_length, ep_done)) = jax.lax.scan(
-        env_step, (state.env_state, state.obs), jr.split(k_collect, learners.num_steps)
-    )
-    memory = learners.add(state.memory, trajectory)
-    agent_state, memory, metrics = learners.update(
-        state.agent_state, memory, key=k_update
-    )
-    agent_state = learners.observe(agent_state, trajectory)
-    done = ep_done.astype(jnp.float32)
-    per_agent = {a: jnp.sum(r * done) for a, r in ep_returns.items()}
-    metrics = {
-        **metrics,
-        "episodes": jnp.sum(done),
-        "episode_return_sum": sum(per_agent.values()),
-        "episode_length_sum": jnp.sum(ep_length * done),
-        **{f"episode_return_sum.{a}": s for a, s in per_agent.items()},
-    }
-    new = type(state)(
-        agent_state,
-        memory,
-        env_state,
-        obs,
-        state.key,
-        state.iteration + 1,
-        state.env_steps + ep_done.size,
-    )
-    return new, metrics
 
 
 def play(

@@ -1,6 +1,6 @@
 """The compiled part: one `lax.scan` over training iterations, envs vmapped."""
 
-from typing import final
+from typing import Any, final
 
 import equinox as eqx
 import jax
@@ -119,13 +119,24 @@ def _transition(agent, env, agent_state, obs, env_state, key):
     return transition, env_state, next_obs, info
 
 
-def _iteration(agent: AbstractAgent, env: AbstractEnv, state: TrainState):
+def _iteration(agent: Agent, env: Any, state: TrainState):
+    """One iteration: collect `num_steps` steps of every env, learn, observe.
+
+    `env` is the env wrapped in `EpisodeStatistics`, or a multi-agent env with
+    zoo learners (whose transitions, memory and returns are per agent name; its
+    metrics add `episode_return_sum.<agent>`, and `episode_return_sum` sums the
+    agents')."""
+    multi = isinstance(agent, AbstractLearners)
+    step_fn = _multi.transition if multi else _transition
+    # A zoo agent and learners `update` and `observe` alike; only their
+    # trajectories' types differ (one `Transition`, or one per agent name).
+    learner: Any = agent
     key = jr.fold_in(state.key, state.iteration)
     k_collect, k_update = jr.split(key)
 
     def env_step(carry, k):
         env_state, obs = carry
-        transition, env_state, obs, info = _transition(
+        transition, env_state, obs, info = step_fn(
             agent, env, state.agent_state, obs, env_state, k
         )
         stats = (info["episode_return"], info["episode_length"], info["episode_done"])
@@ -134,15 +145,28 @@ def _iteration(agent: AbstractAgent, env: AbstractEnv, state: TrainState):
     (env_state, obs), (trajectory, (ep_return, ep_length, ep_done)) = jax.lax.scan(
         env_step, (state.env_state, state.obs), jr.split(k_collect, agent.num_steps)
     )
-    memory = agent.memory.add(state.memory, trajectory)
-    agent_state, memory, metrics = agent.update(state.agent_state, memory, key=k_update)
-    agent_state = agent.observe(agent_state, trajectory)
+    add = learner.add if multi else learner.memory.add
+    memory = add(state.memory, trajectory)
+    agent_state, memory, metrics = learner.update(
+        state.agent_state, memory, key=k_update
+    )
+    agent_state = learner.observe(agent_state, trajectory)
     done = ep_done.astype(jnp.float32)
+    episodes = jnp.sum(done)
+    per_agent = {}
+    if multi:
+        per_agent = {
+            f"episode_return_sum.{a}": jnp.sum(r * done) for a, r in ep_return.items()
+        }
+        return_sum = sum(per_agent.values())
+    else:
+        return_sum = jnp.sum(ep_return * done)
     metrics = {
         **metrics,
-        "episodes": jnp.sum(done),
-        "episode_return_sum": jnp.sum(ep_return * done),
+        "episodes": episodes,
+        "episode_return_sum": return_sum,
         "episode_length_sum": jnp.sum(ep_length * done),
+        **per_agent,
     }
     steps = ep_done.size
     new = TrainState(
@@ -161,18 +185,10 @@ def train_chunk(
     agent: Agent, env: Env, state: TrainState, num_iterations: int
 ) -> tuple[TrainState, dict[str, Float[Array, " iterations"]]]:
     """Run `num_iterations` iterations in one `lax.scan`; metrics are stacked."""
-    if isinstance(agent, AbstractLearners):
-        assert isinstance(env, AbstractMultiAgentEnv)
-        return jax.lax.scan(
-            lambda s, _: _multi.iteration(agent, env, s),
-            state,
-            None,
-            length=num_iterations,
-        )
-    assert isinstance(agent, AbstractAgent) and isinstance(env, AbstractEnv)
-    wrapped = _wrap(env)
+    # Multi-agent envs keep their episode statistics per agent (`_multi.step`).
+    inner = env if isinstance(env, AbstractMultiAgentEnv) else _wrap(env)
     return jax.lax.scan(
-        lambda s, _: _iteration(agent, wrapped, s), state, None, length=num_iterations
+        lambda s, _: _iteration(agent, inner, s), state, None, length=num_iterations
     )
 
 
