@@ -21,6 +21,9 @@ _F32_MAX = float(jnp.finfo(jnp.float32).max)
 
 @final
 class CartPoleState(eqx.Module):
+    """Cart position and velocity, pole angle and angular velocity, and the
+    steps taken in the episode."""
+
     x: Float[Array, ""]
     x_dot: Float[Array, ""]
     theta: Float[Array, ""]
@@ -105,6 +108,9 @@ class CartPole(AbstractEnv[CartPoleState]):
 
 @final
 class PendulumState(eqx.Module):
+    """Pendulum angle and angular velocity, the last torque applied, and the
+    steps taken in the episode."""
+
     theta: Float[Array, ""]
     theta_dot: Float[Array, ""]
     last_u: Float[Array, ""]

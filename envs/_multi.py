@@ -133,6 +133,8 @@ def _select(pred: Bool[Array, ""], on_true: PyTree, on_false: PyTree) -> PyTree:
 
 
 class MatrixGameState(eqx.Module):
+    """The steps taken in this episode (the game itself has no state)."""
+
     t: Array  # steps taken in this episode
 
 

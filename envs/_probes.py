@@ -18,6 +18,8 @@ from ._spaces import Box, Discrete
 
 @final
 class ProbeState(eqx.Module):
+    """A probe environment's observation and the steps taken in the episode."""
+
     obs: Float[Array, "1"]
     time: Int[Array, ""]
 

@@ -17,6 +17,9 @@ from ._spaces import Box
 
 @final
 class EpisodeStatisticsState(eqx.Module):
+    """The wrapped env's state, and the return and length of the episode so
+    far."""
+
     env_state: Any
     episode_return: Float[Array, ""]
     episode_length: Int[Array, ""]

@@ -34,6 +34,10 @@ class Transition(eqx.Module):
 
 
 class AbstractMemory(eqx.Module):
+    """What an agent keeps of the transitions it collected: `init` an empty
+    memory state, `add` each iteration's trajectory. The state is a pytree
+    kept in the runner's carry, apart from the agent."""
+
     @abc.abstractmethod
     def init(self, example: Transition, num_envs: int) -> PyTree:
         """Empty memory for transitions shaped like `example` (one env, one step)."""
@@ -45,6 +49,8 @@ class AbstractMemory(eqx.Module):
 
 @final
 class RolloutState(eqx.Module):
+    """The latest `[num_steps, num_envs]` trajectory."""
+
     trajectory: Transition
 
 
@@ -66,6 +72,8 @@ class Rollout(AbstractMemory):
 
 @final
 class ReplayState(eqx.Module):
+    """A uniform replay buffer: `rows` rows of one transition per env."""
+
     data: Transition  # [rows, num_envs, ...]: each env's transitions in time order
     position: Int[Array, ""]  # the next row to write
     size: Int[Array, ""]  # rows written, at most `rows`

@@ -58,6 +58,8 @@ def lambda_returns(
 
 @final
 class PQNState(AbstractState):
+    """The learnt state of PQN: the Q network, its optimizer and counters."""
+
     q_network: QNetwork
     opt_state: PyTree
     step: Int[Array, ""]  # updates done

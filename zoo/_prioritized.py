@@ -87,6 +87,9 @@ class SumTree(eqx.Module):
 
 @final
 class PrioritizedReplayState(eqx.Module):
+    """A prioritised replay buffer: the transitions and a sum tree of their
+    priorities."""
+
     replay: ReplayState  # the transitions, as uniform replay stores them
     tree: SumTree  # priority**alpha of entry `row * num_envs + env`
     max_priority: Float[Array, ""]  # the largest priority**alpha written

@@ -29,6 +29,7 @@ AGENTS: dict[str, type[AbstractAgent]] = {
 
 
 def names() -> list[str]:
+    """The names `zoo.make` accepts, sorted."""
     return sorted(AGENTS)
 
 

@@ -28,6 +28,9 @@ from ._off_policy import (
 
 @final
 class SACState(AbstractOffPolicyState):
+    """The learnt state of SAC: actor, twin critics and their targets, the
+    entropy temperature, their optimizers and counters."""
+
     actor: SquashedGaussianActor
     critics: QCritic  # twin critics, stacked along a leading axis
     target: QCritic  # target critics

@@ -30,6 +30,9 @@ from ._off_policy import (
 
 @final
 class TD3State(AbstractOffPolicyState):
+    """The learnt state of TD3 and DDPG (`DDPGState` is this class): actor,
+    critics, their targets, optimizers and counters."""
+
     actor: DeterministicActor
     critics: QCritic  # stacked along a leading axis
     target: tuple[DeterministicActor, QCritic]  # target actor and critics
