@@ -1,15 +1,73 @@
-"""A griffe extension for the API reference: an Equinox module's dataclass
-fields become its constructor's signature, with the annotations as written in
-the source (jaxtyping shapes included) and the defaults the fields hold.
+"""Griffe extensions for the API reference (used by `mkdocs.yml`).
 
-Equinox builds `__init__` at class creation, so static analysis sees none, and
-mkdocstrings would show a module without a signature. Used by `mkdocs.yml`.
+- `AsWritten`: annotations exactly as the source writes them. Griffe parses the
+  strings inside subscripts as forward references, so jaxtyping's
+  `Float[Array, "1"]` would show as `Float[Array, 1]` and `Shaped[Array, "..."]`
+  as `Shaped[Array, ...]`; the shapes are part of the signature, so the source
+  text is kept instead.
+- `EquinoxInit`: an Equinox module's dataclass fields become its constructor's
+  signature, with their annotations and defaults. Equinox builds `__init__` at
+  class creation, so static analysis sees none, and mkdocstrings would show a
+  module without a signature.
 """
 
+import ast
 import dataclasses
+import functools
+import inspect
+import re
+from pathlib import Path
 from typing import Any
 
 import griffe
+
+
+@functools.cache
+def _source(path: Path) -> str:
+    return path.read_text()
+
+
+def _as_written(obj: griffe.Object, node: ast.expr) -> str | None:
+    path = obj.filepath
+    if not isinstance(path, Path):
+        return None
+    text = ast.get_source_segment(_source(path), node)
+    if text is None:
+        return None
+    text = re.sub(r"\s*\n\s*", " ", text)  # an annotation split over lines
+    return re.sub(r",?\s*([\])])", r"\1", re.sub(r"([\[(])\s+", r"\1", text))
+
+
+class AsWritten(griffe.Extension):
+    def on_function_instance(
+        self, *, node: ast.AST | griffe.ObjectNode, func: griffe.Function, **kwargs: Any
+    ) -> None:
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            return
+        args = node.args
+        every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+        every += [a for a in (args.vararg, args.kwarg) if a is not None]
+        for arg in every:
+            if arg.annotation is not None and arg.arg in func.parameters:
+                written = _as_written(func, arg.annotation)
+                if written is not None:
+                    func.parameters[arg.arg].annotation = written
+        if node.returns is not None:
+            written = _as_written(func, node.returns)
+            if written is not None:
+                func.returns = written
+
+    def on_attribute_instance(
+        self,
+        *,
+        node: ast.AST | griffe.ObjectNode,
+        attr: griffe.Attribute,
+        **kwargs: Any,
+    ) -> None:
+        if isinstance(node, ast.AnnAssign):
+            written = _as_written(attr, node.annotation)
+            if written is not None:
+                attr.annotation = written
 
 
 class EquinoxInit(griffe.Extension):
@@ -27,7 +85,8 @@ class EquinoxInit(griffe.Extension):
         # The constructor in use: one dataclasses generated (from the fields)
         # or one written in a base class, which the fields do not describe.
         owner = next(c for c in runtime.__mro__ if "__init__" in vars(c))
-        code = getattr(vars(owner)["__init__"], "__code__", None)
+        # (unwrapped: a runtime type-checker may have wrapped it)
+        code = getattr(inspect.unwrap(vars(owner)["__init__"]), "__code__", None)
         if not dataclasses.is_dataclass(runtime) or (
             code is not None and code.co_filename != "<string>"
         ):

@@ -81,3 +81,28 @@ def test_public_classes_and_functions_have_docstrings(package):
         if not doc or doc.startswith(f"{value.__name__}("):
             bare.append(name)
     assert not bare, f"{package.__name__}: no docstring on {bare}"
+
+
+def test_api_reference_signatures_show_fields_and_shapes_as_written(monkeypatch):
+    """The griffe extensions of `mkdocs.yml`: an Equinox module gets its fields
+    as its constructor's signature, and jaxtyping shapes keep their quotes."""
+    griffe = pytest.importorskip("griffe", reason="the docs extra is not installed")
+    monkeypatch.syspath_prepend(str(ROOT / "docs"))
+    from _griffe_equinox import AsWritten, EquinoxInit
+
+    extensions = griffe.load_extensions(AsWritten, EquinoxInit)
+    loader = griffe.GriffeLoader(extensions=extensions, search_paths=[str(ROOT)])
+    probe = loader.load("envs")["ProbeState"].final_target
+    params = probe.members["__init__"].parameters
+    assert [p.name for p in params] == ["self", "obs", "time"]
+    assert str(params["obs"].annotation) == 'Float[Array, "1"]'
+    dqn = loader.load("zoo")["DQN"].final_target
+    params = dqn.members["__init__"].parameters
+    assert str(params["learning_rate"].annotation) == "float"
+    assert params["learning_rate"].default == "0.001"
+    assert params["hidden_sizes"].default == "(64, 64)"
+    # A hand-written constructor is kept as it is.
+    actor = loader.load("zoo")["DiscreteActor"].final_target
+    assert "num_actions" in actor.members["__init__"].parameters
+    scale = loader.load("zoo")["scale_action"].final_target
+    assert str(scale.returns) == 'Float[Array, " n"]'
