@@ -124,6 +124,31 @@ def fingerprint(block: dict, seeds: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+# Instruction-set extensions that change the code XLA generates on a CPU.
+_ISA = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile")
+
+
+def machine() -> dict:
+    """Where a result was measured. XLA compiles for the host's instruction set,
+    and float rounding differs with it, so the same seeds follow other
+    trajectories on another CPU: a result is bitwise reproducible only on the
+    same kind of machine (docs/benchmarks.md)."""
+    import platform
+
+    cpu, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                cpu = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "isa": [f for f in _ISA if f in flags]}
+
+
 def commit() -> str:
     try:
         out = subprocess.run(
@@ -412,6 +437,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{where}: training {block['total_steps']:,} steps ...", flush=True)
         out = run_pair(agent, env, seeds)
         out.update(fingerprint=mark, commit=commit(), versions=versions())
+        out["machine"] = machine()
         out["date"] = time.strftime("%Y-%m-%d")
         path.write_text(json.dumps(out, indent=1) + "\n")
         x = np.asarray(out["eval_returns"])
