@@ -92,6 +92,10 @@ def observe(ex: Any) -> None:
         if mongo and not options.get("--unobserved"):
             # Ours instead of Sacred's: a short timeout and a ping before anything.
             observer = _mongo.mongo_observer(mongo)
+            # Its run numbers follow the file record's too (which takes the same).
+            observer.equizoo_file_dirs = (
+                Path(options.get("--file_storage") or RUNS_DIR),
+            )
             options["--mongo_db"] = None
             defaults.append(observer)
             ex.observers.append(observer)

@@ -7,14 +7,57 @@ ourselves with a short timeout and ping the server before anything else runs.
 Once a run has started, Sacred isolates observer failures (it logs them and
 drops the observer), so a database lost mid-run does not stop training or the
 file record.
+
+The database numbers a run, and the file record (`runs/<id>/`, kept next to it)
+takes the same number. Sacred's observer would number it after the database's
+runs only, and a `runs/` folder holding other runs (recorded without `-m`, or
+into another database) would then already have that folder: the run failed to
+start. Ours numbers it after both.
 """
 
+from pathlib import Path
 from typing import Any
 
 from ._config import ConfigError
 from ._sacred import MongoObserver
 
 TIMEOUT_S = 3.0
+
+
+def _last_run_id(folder: Path) -> int:
+    """The largest run number recorded under a file observer's `folder`."""
+    try:
+        names = [p.name for p in folder.iterdir() if p.is_dir()]
+    except OSError:  # not there yet
+        return 0
+    return max((int(n) for n in names if n.isdigit()), default=0)
+
+
+class _Observer(MongoObserver):
+    """Sacred's `MongoObserver`, numbering a new run after every run of the
+    database and of the file records in `equizoo_file_dirs`."""
+
+    equizoo_file_dirs: tuple[Path, ...] = ()
+
+    def insert(self):
+        entry = self.run_entry
+        assert isinstance(entry, dict)  # set by `started_event` before this
+        if self.overwrite or entry.get("_id") is not None:
+            return super().insert()
+        import pymongo
+        import pymongo.errors
+
+        last = self.runs.find_one({}, {"_id": 1}, sort=[("_id", pymongo.DESCENDING)])
+        candidate = max(
+            [last["_id"] + 1 if last and isinstance(last["_id"], int) else 1]
+            + [_last_run_id(d) + 1 for d in self.equizoo_file_dirs]
+        )
+        while True:  # another process may take a number first
+            entry["_id"] = candidate
+            try:
+                return super().insert()
+            except pymongo.errors.DuplicateKeyError:
+                candidate += 1
 
 
 def mongo_observer(spec: str) -> Any:
@@ -42,7 +85,7 @@ def mongo_observer(spec: str) -> Any:
     where = kwargs.get("url") or "localhost:27017"
     ms = int(TIMEOUT_S * 1000)
     try:
-        observer = MongoObserver(
+        observer = _Observer(
             **kwargs,
             serverSelectionTimeoutMS=ms,
             connectTimeoutMS=ms,

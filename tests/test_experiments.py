@@ -298,6 +298,31 @@ def test_bad_config_names_the_key(updates, key, says):
 @pytest.mark.filterwarnings("ignore:datetime.datetime.utcnow:DeprecationWarning")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:mongomock")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:sacred")
+def test_mongo_numbers_runs_after_the_file_records_too(
+    tmp_path, monkeypatch, mongo_client
+):
+    """A run with -m is numbered by the database and recorded in `runs/<id>/`
+    too: the number must be free in both, whichever holds more runs."""
+    from experiments.run import ex
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["run.py", "with", "agent=dqn", *TINY, "compilation_cache=False"]
+    first = ex.run_commandline(argv)  # a file record only: runs/1
+    assert first is not None and str(first._id) == "1"
+    mongo = ["run.py", "-m", "localhost:27017:equizoo", *argv[1:]]
+    second = ex.run_commandline(mongo)  # the database is empty: it would say 1
+    assert second is not None and second.status == "COMPLETED"
+    assert second._id == 2
+    db = mongo_client["equizoo"]
+    assert db.runs.find_one({"_id": 2})["status"] == "COMPLETED"
+    assert (tmp_path / "runs" / "2" / "run.json").is_file()
+    # The other way round: the database is ahead of this folder's records.
+    db.runs.insert_one({"_id": 7, "status": "COMPLETED"})
+    third = ex.run_commandline(mongo)
+    assert third is not None and third._id == 8
+    assert (tmp_path / "runs" / "8" / "run.json").is_file()
+
+
 def test_mongo_observer(tmp_path, monkeypatch, mongo_client):
     import gridfs
 
