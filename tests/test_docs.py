@@ -40,10 +40,14 @@ def test_tutorials_are_found():
 # Two tutorials train agents to stated returns: learning tests, so marked slow.
 @pytest.mark.slow
 @pytest.mark.parametrize("page", TUTORIALS, ids=lambda p: p.stem)
-def test_tutorial_runs(page, tmp_path, monkeypatch):
+def test_tutorial_runs(page, tmp_path, monkeypatch, request):
     # A tutorial runs from a checkout's root; it gets a scratch folder that
     # holds what it reads of the repository, so what it writes is thrown away.
     monkeypatch.chdir(tmp_path)
+    # The experiment would turn JAX's persistent cache on for the whole session.
+    monkeypatch.setenv("EQUIZOO_COMPILATION_CACHE", "0")
+    if page.stem == "sacred":  # its MongoDB server: mongomock, as Sacred tests it
+        request.getfixturevalue("mongo_client")
     (tmp_path / "benchmarks").symlink_to(ROOT / "benchmarks")
     (tmp_path / "docs").symlink_to(ROOT / "docs")
     code = compile(python_code(page), str(page), "exec")
