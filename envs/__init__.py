@@ -37,4 +37,6 @@ from ._wrappers import (
     EpisodeStatistics as EpisodeStatistics,
     EpisodeStatisticsState as EpisodeStatisticsState,
     FlattenObservation as FlattenObservation,
+    StickyActions as StickyActions,
+    StickyActionsState as StickyActionsState,
 )

@@ -15,6 +15,7 @@ from ._probes import (
     TruncatedConstantReward,
     TwoStepDiscount,
 )
+from ._wrappers import StickyActions
 
 # Native implementations win over gymnax's for the same name: same dynamics,
 # without gymnax's import cost.
@@ -105,10 +106,22 @@ def make(name: str, **env_params: Any) -> AbstractEnv:
 
     - `name`: e.g. `"CartPole-v1"`, `"Breakout-MinAtar"`, `"probe/TwoStepDiscount"`;
       `"gymnax/<name>"` forces gymnax's own implementation.
-    - `**env_params`: environment parameters, e.g. `max_steps_in_episode=200`.
+    - `**env_params`: environment parameters, e.g. `max_steps_in_episode=200`;
+      and `sticky_prob`, for any env: wrap it in `StickyActions(env, sticky_prob)`
+      (MinAtar's sticky actions; 0 leaves the env unwrapped).
 
     **Raises:** `ValueError` naming the closest valid names, or the valid parameters.
     """
+    if "sticky_prob" in env_params:
+        env_params = dict(env_params)
+        prob = env_params.pop("sticky_prob")
+        if isinstance(prob, bool) or not isinstance(prob, (int, float)):
+            raise ValueError(
+                f"sticky_prob must be a number in [0, 1), got {prob!r} "
+                "(e.g. sticky_prob=0.1, the MinAtar paper's protocol)"
+            )
+        env = make(name, **env_params)
+        return StickyActions(env, float(prob)) if prob else env
     if name in MULTI_AGENT:
         raise ValueError(
             f"{name!r} is a multi-agent env: build it with envs.make_multi({name!r})"

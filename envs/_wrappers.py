@@ -8,11 +8,12 @@ from typing import Any, final
 
 import equinox as eqx
 import jax.numpy as jnp
+import jax.random as jr
 import numpy as np
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Float, Int, PRNGKeyArray, Shaped
 
 from ._env import AbstractEnv, AbstractWrapper, Action, Observation, StepResult
-from ._spaces import Box
+from ._spaces import Box, Discrete
 
 
 @final
@@ -121,3 +122,64 @@ class ClipAction(AbstractWrapper[Any]):
         space = self.env.action_space
         assert isinstance(space, Box)  # checked in `__check_init__`
         return self.env.step(key, state, jnp.clip(action, space.low, space.high))
+
+
+@final
+class StickyActionsState(eqx.Module):
+    """The wrapped env's state and the action it executed last (zero at the start
+    of an episode)."""
+
+    env_state: Any
+    last_action: Shaped[Array, "..."]
+
+
+@final
+class StickyActions(AbstractWrapper[StickyActionsState]):
+    """With probability `prob`, the env executes the previous action instead of
+    the one given: MinAtar's sticky actions (Young & Tian, 2019), the protocol of
+    the MinAtar paper's figures (`prob=0.1`).
+
+    The executed action becomes the previous action of the next step, and each
+    episode starts with action 0 as the previous one (MinAtar's no-op), as in the
+    original MinAtar. The draw uses its own key, split from the step's key, so a
+    run is deterministic given its key. `envs.make(name, sticky_prob=p)` wraps any
+    env with it (`env_params.sticky_prob=0.1` from the command line).
+
+    **Raises:** `ValueError` unless `0 <= prob < 1`.
+    """
+
+    env: AbstractEnv
+    prob: float = 0.1
+
+    def __check_init__(self):
+        if not 0.0 <= self.prob < 1.0:
+            raise ValueError(
+                f"StickyActions: prob must be in [0, 1), got {self.prob}; the "
+                "MinAtar paper's protocol is 0.1"
+            )
+
+    def _no_action(self) -> Shaped[Array, "..."]:
+        space = self.env.action_space
+        if isinstance(space, Discrete):
+            return jnp.array(0, jnp.int32)
+        return jnp.zeros(space.shape, jnp.float32)
+
+    def reset_env(self, key: PRNGKeyArray) -> tuple[Observation, StickyActionsState]:
+        obs, state = self.env.reset(key)
+        return obs, StickyActionsState(state, self._no_action())
+
+    def step_env(
+        self, key: PRNGKeyArray, state: StickyActionsState, action: Action
+    ) -> StepResult:
+        key_stick, key_env = jr.split(key)
+        stick = jr.uniform(key_stick) < self.prob
+        action = jnp.asarray(action, state.last_action.dtype)
+        executed = jnp.where(stick, state.last_action, action)
+        obs, env_state, reward, terminated, truncated, info = self.env.step(
+            key_env, state.env_state, executed
+        )
+        done = terminated | truncated
+        last = jnp.where(done, self._no_action(), executed)
+        info = {**info, "executed_action": executed}
+        state = StickyActionsState(env_state, last)
+        return obs, state, reward, terminated, truncated, info

@@ -313,3 +313,94 @@ def test_probes_follow_the_protocol(name, getkey):
     obs, state, reward, term, trunc, info = env.step(getkey(), state, action)
     assert reward.shape == () and term.dtype == jnp.bool_
     assert info["final_observation"].shape == (1,)
+
+
+@final
+class _Endless(envs.AbstractEnv[jax.Array]):
+    """Three actions, one observation, episodes that never end: every step's
+    previous action is the one executed just before it."""
+
+    def reset_env(self, key):
+        return jnp.zeros(1), jnp.array(0)
+
+    def step_env(self, key, state, action):
+        return jnp.zeros(1), state + 1, jnp.array(0.0), jnp.array(False), False, {}
+
+    @property
+    def observation_space(self):
+        return envs.Box(np.array([0.0]), np.array([1.0]), (1,))
+
+    @property
+    def action_space(self):
+        return envs.Discrete(3)
+
+
+def _sticky_rollout(env, key, steps=200, num_envs=2000):
+    def one(key):
+        k_reset, k_actions, k_steps = jr.split(key, 3)
+        _, state = env.reset(k_reset)
+        given = jr.randint(k_actions, (steps,), 0, 3)
+
+        def step(state, x):
+            k, a = x
+            prev = state.last_action
+            _, state, _, terminated, truncated, info = env.step(k, state, a)
+            return state, (prev, info["executed_action"], terminated | truncated)
+
+        _, (prev, executed, done) = jax.lax.scan(
+            step, state, (jr.split(k_steps, steps), given)
+        )
+        return given, prev, executed, done
+
+    return jax.jit(jax.vmap(one))(jr.split(key, num_envs))
+
+
+def test_sticky_actions_repeat_at_the_stated_rate(getkey):
+    prob = 0.1
+    env = envs.StickyActions(_Endless(), prob)
+    given, prev, executed, _ = map(np.asarray, _sticky_rollout(env, getkey()))
+    # Each step executes the given action or, if it stuck, the previous one.
+    assert np.all((executed == given) | (executed == prev))
+    # The first step's previous action is the no-op, then the one executed.
+    assert np.all(prev[:, 0] == 0)
+    np.testing.assert_array_equal(prev[:, 1:], executed[:, :-1])
+    # Where the previous action differs from the given one, whether it stuck
+    # is visible: a Bernoulli(prob) draw per step, independent of the actions.
+    differs = prev != given
+    stuck = executed[differs] == prev[differs]
+    n = stuck.size
+    assert n > 200_000
+    assert abs(stuck.mean() - prob) < 5 * np.sqrt(prob * (1 - prob) / n)
+    # Overall, an action is replaced at rate prob * P(previous != given) = 2/3 prob.
+    assert abs((executed != given).mean() - prob * 2 / 3) < 0.003
+
+
+def test_sticky_actions_are_deterministic_given_the_key(getkey):
+    env = envs.StickyActions(_Endless(), 0.25)
+    key = getkey()
+    a = _sticky_rollout(env, key, steps=50, num_envs=64)
+    b = _sticky_rollout(env, key, steps=50, num_envs=64)
+    c = _sticky_rollout(env, getkey(), steps=50, num_envs=64)
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert not np.array_equal(np.asarray(a[2]), np.asarray(c[2]))
+
+
+def test_sticky_minatar_restarts_each_episode_with_the_no_op(getkey):
+    env = envs.make("Breakout-MinAtar", sticky_prob=0.1)
+    assert isinstance(env, envs.StickyActions) and env.prob == 0.1
+    assert env.name == "Breakout-MinAtar"
+    _, prev, _, done = map(
+        np.asarray, _sticky_rollout(env, getkey(), steps=300, num_envs=16)
+    )
+    assert done.sum() >= 16, "random play should lose the ball often"
+    # The step after an episode ended starts the next one: its previous action
+    # is the no-op whatever was executed before.
+    assert np.all(prev[:, 1:][done[:, :-1]] == 0)
+
+
+def test_sticky_prob_through_make():
+    assert isinstance(envs.make("CartPole-v1", sticky_prob=0), envs.CartPole)
+    for bad in (-0.1, 1.0, "0.1", True):
+        with pytest.raises(ValueError, match=r"sticky_prob|prob must be in"):
+            envs.make("Breakout-MinAtar", sticky_prob=bad)
