@@ -40,7 +40,8 @@ EVAL_EPISODES = 128
 
 
 def parse_hp(items: list[str]) -> dict:
-    """`["name=value", ...]` to overrides, each value read as YAML
+    """`["name=value", ...]` (`--hp` or `--env-param`) to overrides, each value
+    read as YAML
     (`prioritized=true`, `learning_rate=1e-3`, `hidden_sizes=[32,32]`)."""
     import yaml
 
@@ -48,7 +49,7 @@ def parse_hp(items: list[str]) -> dict:
     for item in items:
         name, sep, value = item.partition("=")
         if not sep:
-            raise SystemExit(f"--hp takes name=value, got {item!r}")
+            raise SystemExit(f"--hp and --env-param take name=value, got {item!r}")
         parsed = yaml.safe_load(value)
         if isinstance(parsed, str):
             # YAML 1.1 reads `1e-3` (no dot) as a string; a number was meant.
@@ -66,6 +67,7 @@ def child(
     cache: str,
     hp: dict,
     run: dict,
+    env_params: dict,
 ) -> dict:
     from experiments import _jax_setup
 
@@ -84,7 +86,8 @@ def child(
         raise SystemExit(f"no tuned config for {case}")
     block = {**block, **run}
     agent = zoo.make(agent_name, **{**block.get("hp", {}), **hp})
-    env = envs.make(env_name)
+    env_params = {**block.get("env_params", {}), **env_params}
+    env = envs.make(env_name, **env_params)
     result = runners.run(
         agent,
         env,
@@ -101,6 +104,7 @@ def child(
         "env": env_name,
         "num_seeds": num_seeds,
         "hp": hp,
+        "env_params": env_params,
         "total_steps": result.total_steps,
         "num_envs": block["num_envs"],
         "cache": cache,
@@ -130,6 +134,14 @@ def main() -> None:
         help="override a tuned hyperparameter (YAML value), e.g. prioritized=true",
     )
     parser.add_argument(
+        "--env-param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override an env parameter of the block (YAML value), e.g. "
+        "sticky_prob=0 for MinAtar without sticky actions",
+    )
+    parser.add_argument(
         "--total-steps", type=int, help="override the tuned env steps per seed"
     )
     parser.add_argument(
@@ -148,12 +160,28 @@ def main() -> None:
         hp = parse_hp(args.hp)
         run = {"total_steps": args.total_steps, "num_envs": args.num_envs}
         run = {name: value for name, value in run.items() if value is not None}
+        env_params = parse_hp(args.env_param)
         out = child(
-            args.case[0], args.seeds[0], args.t_launch, args.seed, args.cache, hp, run
+            args.case[0],
+            args.seeds[0],
+            args.t_launch,
+            args.seed,
+            args.cache,
+            hp,
+            run,
+            env_params,
         )
         print(json.dumps(out))
         return
+    from experiments.configs import HELD_OUT_KEY
+
+    if args.seed == HELD_OUT_KEY:
+        raise SystemExit(
+            f"--seed {HELD_OUT_KEY} is the benchmark table's held-out key, which no "
+            "tuning may see; choose another seed"
+        )
     parse_hp(args.hp)  # a malformed override fails before any case runs
+    parse_hp(args.env_param)
     for flag, value in [
         ("--total-steps", args.total_steps),
         ("--num-envs", args.num_envs),
@@ -171,6 +199,7 @@ def main() -> None:
             cmd += ["--seeds", str(seeds), "--seed", str(args.seed)]
             cmd += ["--cache", args.cache]
             cmd += [f"--hp={item}" for item in args.hp]
+            cmd += [f"--env-param={item}" for item in args.env_param]
             if args.total_steps is not None:
                 cmd += ["--total-steps", str(args.total_steps)]
             if args.num_envs is not None:

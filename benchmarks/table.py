@@ -4,6 +4,7 @@
     python benchmarks/table.py --only ppo:Breakout-MinAtar --only pqn:CartPole-v1
     python benchmarks/table.py --seeds 4            # another number of seeds
     python benchmarks/table.py --render             # table and figures only
+    python benchmarks/table.py --no-held-out        # skip the held-out seeds
 
 Each pair trains in a fresh Python process with JAX's compilation cache off, so
 its wall time is the cold one: interpreter start, imports, compilation and
@@ -11,6 +12,19 @@ training. Classic-control pairs train 8 seeds, MinAtar pairs 4 (`--seeds`
 changes both), with the tuned block of `experiments/configs/<agent>.yaml`. The
 greedy policy is evaluated on 128 episodes per seed at each tenth of training:
 the learning curves, and at the end the final return.
+
+**Held out.** Each pair then trains again on seeds no tuning saw: 24 seeds
+(4 for MinAtar) split from `jr.PRNGKey(HELD_OUT_KEY)`, a key that tuning never
+uses (`benchmarks/speed.py` refuses it as `--seed`), evaluated once at the end.
+The table gives how many reach the pair's per-seed target
+(`benchmarks/targets.yaml`) and the worst one; a row where fewer than 23 of 24
+(all of 4) reach it is marked, and `python -m experiments.publish` does not
+ship it.
+
+**Protocols.** A MinAtar block trains with sticky actions (`env_params:
+{sticky_prob: 0.1}`, the MinAtar paper's protocol); each such pair is measured
+a second time without them (`VARIANTS`), for a second table to compare with
+gymnax's figures: `benchmarks/results/<agent>__<env>__nosticky.json`.
 
 One JSON file per pair goes to `benchmarks/results/<agent>__<env>.json`, with a
 `fingerprint` of everything that decides its figures: the tuned block, the number
@@ -41,15 +55,35 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments import _stats
+from experiments import _stats, configs
 from experiments._versions import versions
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 REFERENCES = ROOT / "benchmarks" / "references.yaml"
+TARGETS = ROOT / "benchmarks" / "targets.yaml"
 DOC = ROOT / "docs" / "benchmarks.md"
 FIGURES = ROOT / "docs" / "figures"
-BEGIN, END = "<!-- table:begin -->", "<!-- table:end -->"
+
+
+def markers(variant: str = "") -> tuple[str, str]:
+    """The comments around a variant's table in docs/benchmarks.md."""
+    name = f"table-{variant}" if variant else "table"
+    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+
+
+BEGIN, END = markers()
+
+# The table's seeds split from jr.PRNGKey(TABLE_KEY), the held-out ones from
+# jr.PRNGKey(HELD_OUT_KEY): no tuning uses the latter.
+TABLE_KEY = 0
+HELD_OUT_KEY = configs.HELD_OUT_KEY
+# A row passes the held-out check when this share of its seeds reach the target.
+HELD_OUT_PASS = 23 / 24
+
+# Protocol variants, each measured beside the pairs whose block sets every
+# env parameter it overrides: name -> env_params overrides.
+VARIANTS: dict[str, dict] = {"nosticky": {"sticky_prob": 0}}
 
 # Greedy episodes per seed at each tenth of training and at the end: one
 # number, so that one evaluation program is compiled.
@@ -70,8 +104,65 @@ def default_seeds(env: str) -> int:
     return 4 if "MinAtar" in env else 8
 
 
-def result_path(agent: str, env: str) -> Path:
-    return RESULTS / f"{agent}__{env.replace('/', '_')}.json"
+def held_out_seeds(env: str) -> int:
+    """24 held-out seeds; 4 for MinAtar, whose pairs take 5-15 minutes per 4."""
+    return 4 if "MinAtar" in env else 24
+
+
+def variants(block: dict) -> list[str]:
+    """The protocol variants measured for a block besides its own (`""`)."""
+    params = block.get("env_params") or {}
+    return [""] + [v for v, over in VARIANTS.items() if set(over) <= set(params)]
+
+
+def variant_block(block: dict, variant: str) -> dict:
+    """`block` with the env parameters of `variant` applied."""
+    if not variant:
+        return block
+    params = {**(block.get("env_params") or {}), **VARIANTS[variant]}
+    return {**block, "env_params": params}
+
+
+def rows() -> list[tuple[str, str, str]]:
+    """Every `(agent, env, variant)` measured: each tuned pair, then its variants."""
+    from experiments.configs import tuned
+
+    out = []
+    for agent, env in pairs():
+        block = tuned(agent, env)
+        assert block is not None
+        out += [(agent, env, v) for v in variants(block)]
+    return out
+
+
+def result_path(agent: str, env: str, variant: str = "") -> Path:
+    suffix = f"__{variant}" if variant else ""
+    return RESULTS / f"{agent}__{env.replace('/', '_')}{suffix}.json"
+
+
+def load_targets() -> dict:
+    import yaml
+
+    return yaml.safe_load(TARGETS.read_text()) or {}
+
+
+def seed_target(agent: str, env: str, variant: str = "") -> dict | None:
+    """`{"seed": return every held-out seed must reach, "source": ...}`, or
+    `None` where no target is set (multi-agent envs)."""
+    targets = load_targets()
+    scope = targets.get(variant, {}) if variant else targets
+    return scope.get(f"{agent}:{env}") or scope.get(env)
+
+
+def held_out_summary(returns: list[float], target: float | None) -> dict:
+    """How many held-out seeds reach `target`, the worst, and whether the row
+    passes (`HELD_OUT_PASS` of its seeds at the target)."""
+    x = np.asarray(returns, dtype=np.float64)
+    out: dict = {"worst": round(float(x.min()), 3), "seeds": int(x.size)}
+    if target is not None:
+        at = int((x >= target).sum())
+        out.update(target=target, at_target=at, passed=at >= HELD_OUT_PASS * x.size)
+    return out
 
 
 def source_tree(text: str) -> str:
@@ -108,13 +199,15 @@ def code_hash() -> str:
     return digest.hexdigest()[:16]
 
 
-def fingerprint(block: dict, seeds: int) -> str:
-    """What decides a pair's figures; a result with another fingerprint is stale."""
+def fingerprint(block: dict, seeds: int, held_out: int | None = None) -> str:
+    """What decides a pair's figures; a result with another fingerprint is stale.
+    `held_out`: the number of held-out seeds, for the held-out run's own."""
     from experiments import _jax_setup
 
     what = {
         "block": block,
         "seeds": seeds,
+        **({} if held_out is None else {"held_out": [HELD_OUT_KEY, held_out]}),
         "eval": [EVAL_EPISODES, CURVE_POINTS],
         "code": code_hash(),
         "xla": _jax_setup.XLA_DEFAULTS,
@@ -172,7 +265,17 @@ def commit() -> str:
 # --- one pair, in a child process --------------------------------------------
 
 
-def child(agent_name: str, env_name: str, seeds: int, t_launch: float) -> dict:
+def child(
+    agent_name: str,
+    env_name: str,
+    seeds: int,
+    t_launch: float,
+    *,
+    variant: str = "",
+    held_out: bool = False,
+) -> dict:
+    """Train and evaluate one row: the table's seeds with a learning curve, or
+    (`held_out`) the held-out seeds, evaluated once at the end."""
     import jax.random as jr
 
     import runners
@@ -181,18 +284,19 @@ def child(agent_name: str, env_name: str, seeds: int, t_launch: float) -> dict:
 
     block = tuned(agent_name, env_name)
     assert block is not None
-    env = _config.make_env(env_name, {})
+    block = variant_block(block, variant)
+    env = _config.make_env(env_name, block.get("env_params", {}))
     # On a multi-agent env: one agent shared by all (experiments.run's default).
     agent = _config.make_agent(agent_name, block.get("hp", {}), env)
     total = block["total_steps"]
     result = runners.run(
         agent,
         env,
-        key=jr.PRNGKey(0),
+        key=jr.PRNGKey(HELD_OUT_KEY if held_out else TABLE_KEY),
         total_steps=total,
         num_envs=block["num_envs"],
         num_seeds=seeds,
-        eval_every=max(total // CURVE_POINTS, 1),
+        eval_every=None if held_out else max(total // CURVE_POINTS, 1),
         eval_episodes=EVAL_EPISODES,
     )
     total_s = time.time() - t_launch
@@ -202,9 +306,16 @@ def child(agent_name: str, env_name: str, seeds: int, t_launch: float) -> dict:
         for r in result.reports
         if r.eval_returns is not None
     ]
+    if held_out:
+        return {
+            "key": HELD_OUT_KEY,
+            "returns": [round(float(r), 3) for r in returns],
+            "total_s": round(total_s, 3),
+        }
     return {
         "agent": agent_name,
         "env": env_name,
+        **({"variant": variant} if variant else {}),
         "num_seeds": seeds,
         "total_steps": result.total_steps,
         "num_envs": block["num_envs"],
@@ -231,9 +342,13 @@ def child(agent_name: str, env_name: str, seeds: int, t_launch: float) -> dict:
     }
 
 
-def run_pair(agent: str, env: str, seeds: int) -> dict:
+def run_pair(
+    agent: str, env: str, seeds: int, variant: str = "", held_out: bool = False
+) -> dict:
     cmd = [sys.executable, __file__, "--child", f"{agent}:{env}"]
     cmd += ["--seeds", str(seeds), "--t-launch", repr(time.time())]
+    cmd += ["--variant", variant] if variant else []
+    cmd += ["--held-out-child"] if held_out else []
     out = subprocess.run(cmd, env=dict(os.environ), capture_output=True, text=True)
     if out.returncode:
         sys.stderr.write(out.stderr[-4000:])
@@ -280,11 +395,23 @@ def _published(references: dict[str, dict], agent: str, env: str) -> str:
     return "-"
 
 
+def _held_out_cells(r: dict) -> str:
+    h = r.get("held_out")
+    if not h:
+        return "| - | - "
+    if "target" not in h:
+        return f"| {h['seeds']} seeds, no target | {_fmt(h['worst'])} "
+    mark = "" if h["passed"] else " ✗"
+    return (
+        f"| {h['at_target']}/{h['seeds']} ≥ {h['target']:g}{mark} | {_fmt(h['worst'])} "
+    )
+
+
 def render_table(results: list[dict], references: dict[str, dict]) -> str:
     lines = [
         "| agent | env | env steps | seeds | IQM [95 % CI] | worst seed "
-        "| published | cold s | steps/s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| held out at target | held-out worst | published | cold s | steps/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         x = np.asarray(r["eval_returns"])
@@ -295,7 +422,8 @@ def render_table(results: list[dict], references: dict[str, dict]) -> str:
             f"| {r['agent']} | {r['env']}{stale} | {r['total_steps']:,} "
             f"| {r['num_seeds']} "
             f"| {_fmt(float(iqm(x)))} [{_fmt(low)}, {_fmt(high)}] "
-            f"| {_fmt(float(x.min()))} | {published} | {r['total_s']:.1f} "
+            f"| {_fmt(float(x.min()))} {_held_out_cells(r)}"
+            f"| {published} | {r['total_s']:.1f} "
             f"| {r['steps_per_s']:,} |"
         )
     return "\n".join(lines)
@@ -336,41 +464,129 @@ def render_figures(results: list[dict]) -> list[Path]:
     return written
 
 
-def render(tuned_pairs: list[tuple[str, str]]) -> None:
-    """Regenerate the table and figures from the results of `tuned_pairs`."""
-    results = []
-    for agent, env in tuned_pairs:
-        path = result_path(agent, env)
-        if path.exists():
-            results.append(json.loads(path.read_text()))
+def is_current(r: dict) -> bool:
+    """Whether a result (and its held-out run) matches today's block and code."""
     from experiments.configs import tuned
 
-    for r in results:  # marked in the table when the config or code has moved on
-        block = tuned(r["agent"], r["env"])
-        current = block is not None and r.get("fingerprint") == fingerprint(
-            block, r["num_seeds"]
-        )
-        r["stale"] = not current
-    table = render_table(results, load_references())
-    missing = [f"{a}:{e}" for a, e in tuned_pairs if not result_path(a, e).exists()]
-    if missing:
-        table += "\n\nNot yet measured: " + ", ".join(missing) + "."
-    if any(r["stale"] for r in results):
-        table += (
-            "\n\n(stale): measured on an earlier config or code; "
-            "`python benchmarks/table.py` measures it again."
-        )
+    block = tuned(r["agent"], r["env"])
+    if block is None:
+        return False
+    block = variant_block(block, r.get("variant", ""))
+    if r.get("fingerprint") != fingerprint(block, r["num_seeds"]):
+        return False
+    h = r.get("held_out")
+    return h is None or h.get("fingerprint") == fingerprint(
+        block, r["num_seeds"], h["seeds"]
+    )
+
+
+def _replace_between(text: str, variant: str, table: str) -> str:
+    begin, end = markers(variant)
+    if begin not in text or end not in text:
+        raise SystemExit(f"{DOC} has no {begin} ... {end} markers for the table")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{table}\n{end}{tail}"
+
+
+def render(tuned_pairs: list[tuple[str, str]]) -> None:
+    """Regenerate the tables and figures from the results of `tuned_pairs` and
+    their protocol variants."""
+    from experiments.configs import tuned
+
+    all_rows = []
+    for agent, env in tuned_pairs:
+        block = tuned(agent, env)
+        assert block is not None
+        all_rows += [(agent, env, v) for v in variants(block)]
     text = DOC.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{DOC} has no {BEGIN} ... {END} markers for the table")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    DOC.write_text(f"{head}{BEGIN}\n{table}\n{END}{tail}")
-    figures = render_figures(results)
+    figures: list[Path] = []
+    for variant in ["", *VARIANTS]:
+        chosen = [(a, e, v) for a, e, v in all_rows if v == variant]
+        results = [
+            json.loads(result_path(a, e, v).read_text())
+            for a, e, v in chosen
+            if result_path(a, e, v).exists()
+        ]
+        for r in results:  # marked in the table when the config or code moved on
+            r["stale"] = not is_current(r)
+        table = render_table(results, load_references())
+        missing = [
+            f"{a}:{e}" for a, e, v in chosen if not result_path(a, e, v).exists()
+        ]
+        if missing:
+            table += "\n\nNot yet measured: " + ", ".join(missing) + "."
+        if any(r["stale"] for r in results):
+            table += (
+                "\n\n(stale): measured on an earlier config or code; "
+                "`python benchmarks/table.py` measures it again."
+            )
+        if any(r.get("held_out", {}).get("passed") is False for r in results):
+            table += (
+                "\n\n✗: fewer than 23 of 24 held-out seeds (all of 4 for "
+                "MinAtar) reach the target; not shipped as a pretrained agent."
+            )
+        text = _replace_between(text, variant, table)
+        if not variant:
+            figures = render_figures(results)
+    DOC.write_text(text)
     show = lambda p: p.relative_to(ROOT) if p.is_relative_to(ROOT) else p
     print(
-        f"table of {len(results)} pairs -> {show(DOC)}; "
+        f"tables of {len(all_rows)} rows -> {show(DOC)}; "
         f"{len(figures)} figures -> {show(FIGURES)}/",
+        flush=True,
+    )
+
+
+def measure(agent: str, env: str, variant: str, seeds: int, args) -> None:
+    """Train one row on the table's seeds and then the held-out ones, each
+    skipped where its result is current."""
+    from experiments.configs import tuned
+
+    block = tuned(agent, env)
+    assert block is not None
+    block = variant_block(block, variant)
+    path = result_path(agent, env, variant)
+    name = f"{agent}:{env}" + (f" ({variant})" if variant else "")
+    where = f"{name}, {seeds} seeds"
+    mark = fingerprint(block, seeds)
+    old = json.loads(path.read_text()) if path.exists() else None
+    if old is not None and old.get("fingerprint") == mark and not args.force:
+        out = old
+        print(f"{where}: current, skipped", flush=True)
+    else:
+        print(f"{where}: training {block['total_steps']:,} steps ...", flush=True)
+        out = run_pair(agent, env, seeds, variant)
+        out.update(fingerprint=mark, commit=commit(), versions=versions())
+        out["machine"] = machine()
+        out["date"] = time.strftime("%Y-%m-%d")
+        path.write_text(json.dumps(out, indent=1) + "\n")
+        x = np.asarray(out["eval_returns"])
+        low, high = iqm_ci(x)
+        print(
+            f"{where}: IQM {_fmt(float(iqm(x)))} [{_fmt(low)}, {_fmt(high)}], "
+            f"worst {_fmt(float(x.min()))}, {out['total_s']:.1f} s cold",
+            flush=True,
+        )
+    if args.no_held_out:
+        return
+    n = held_out_seeds(env)
+    h_mark = fingerprint(block, seeds, n)
+    h = out.get("held_out")
+    if h is not None and h.get("fingerprint") == h_mark and not args.force:
+        print(f"{name}, {n} held-out seeds: current, skipped", flush=True)
+        return
+    print(f"{name}, {n} held-out seeds: training ...", flush=True)
+    h = run_pair(agent, env, n, variant, held_out=True)
+    target = seed_target(agent, env, variant)
+    h.update(held_out_summary(h["returns"], target["seed"] if target else None))
+    h["fingerprint"] = h_mark
+    out["held_out"] = h
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    at = f"{h['at_target']}/{n} at >= {h['target']:g}, " if "target" in h else ""
+    print(
+        f"{name}, {n} held-out seeds: {at}worst {_fmt(h['worst'])}, "
+        f"{h['total_s']:.1f} s cold",
         flush=True,
     )
 
@@ -390,21 +606,37 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--force", action="store_true", help="run current pairs too")
     parser.add_argument(
+        "--no-held-out", action="store_true", help="skip the held-out seeds"
+    )
+    parser.add_argument(
+        "--variant",
+        choices=["", "main", *VARIANTS],
+        help="only the tuned protocol (main) or only this variant",
+    )
+    parser.add_argument(
         "--render", action="store_true", help="only regenerate table and figures"
     )
     parser.add_argument("--child", metavar="AGENT:ENV", help=argparse.SUPPRESS)
+    parser.add_argument("--held-out-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--t-launch", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         agent, env = args.child.split(":", 1)
-        print(json.dumps(child(agent, env, args.seeds, args.t_launch)))
+        out = child(
+            agent,
+            env,
+            args.seeds,
+            args.t_launch,
+            variant=args.variant or "",
+            held_out=args.held_out_child,
+        )
+        print(json.dumps(out))
         return
 
     from experiments import _jax_setup
-    from experiments.configs import tuned
 
     tuned_pairs = pairs()
-    chosen = tuned_pairs
+    chosen = rows()
     if args.only:
         known = {f"{a}:{e}" for a, e in tuned_pairs}
         unknown = [p for p in args.only if p not in known]
@@ -413,7 +645,10 @@ def main(argv: list[str] | None = None) -> None:
                 f"no tuned block for {', '.join(unknown)}; tuned pairs: "
                 + ", ".join(sorted(known))
             )
-        chosen = [tuple(p.split(":", 1)) for p in args.only]
+        chosen = [(a, e, v) for a, e, v in chosen if f"{a}:{e}" in args.only]
+    if args.variant is not None:
+        want = "" if args.variant == "main" else args.variant
+        chosen = [(a, e, v) for a, e, v in chosen if v == want]
     if args.seeds is not None and args.seeds <= 0:
         raise SystemExit(f"--seeds must be positive, got {args.seeds}")
     if args.render:
@@ -422,31 +657,9 @@ def main(argv: list[str] | None = None) -> None:
 
     _jax_setup.set_xla_flags()  # inherited by the children
     RESULTS.mkdir(parents=True, exist_ok=True)
-    for i, (agent, env) in enumerate(chosen, 1):
-        seeds = args.seeds or default_seeds(env)
-        block = tuned(agent, env)
-        assert block is not None
-        mark = fingerprint(block, seeds)
-        path = result_path(agent, env)
-        where = f"[{i}/{len(chosen)}] {agent}:{env}, {seeds} seeds"
-        if path.exists() and not args.force:
-            old = json.loads(path.read_text())
-            if old.get("fingerprint") == mark:
-                print(f"{where}: current, skipped", flush=True)
-                continue
-        print(f"{where}: training {block['total_steps']:,} steps ...", flush=True)
-        out = run_pair(agent, env, seeds)
-        out.update(fingerprint=mark, commit=commit(), versions=versions())
-        out["machine"] = machine()
-        out["date"] = time.strftime("%Y-%m-%d")
-        path.write_text(json.dumps(out, indent=1) + "\n")
-        x = np.asarray(out["eval_returns"])
-        low, high = iqm_ci(x)
-        print(
-            f"{where}: IQM {_fmt(float(iqm(x)))} [{_fmt(low)}, {_fmt(high)}], "
-            f"worst {_fmt(float(x.min()))}, {out['total_s']:.1f} s cold",
-            flush=True,
-        )
+    for i, (agent, env, variant) in enumerate(chosen, 1):
+        print(f"[{i}/{len(chosen)}]", end=" ", flush=True)
+        measure(agent, env, variant, args.seeds or default_seeds(env), args)
     render(tuned_pairs)
 
 

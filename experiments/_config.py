@@ -31,6 +31,12 @@ def run_default(agent: Any, env: Any, key: str) -> Any:
     return block.get(key, FALLBACK_RUN.get(key))
 
 
+def env_params_default(agent: Any, env: Any) -> dict[str, Any]:
+    """The env parameters the tuned block sets (e.g. MinAtar's sticky actions),
+    else none."""
+    return dict(_block(agent, env).get("env_params") or {})
+
+
 def eval_every(agent: Any, env: Any, total_steps: Any) -> int | None:
     """Env steps between evaluations: the tuned block's, else about `NUM_EVALS`
     evaluations per run."""

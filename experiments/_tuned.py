@@ -16,12 +16,21 @@ class Tuned:
       agent's defaults fill the rest).
     - `run`: keyword arguments of `runners.run`: `total_steps`, `num_envs`,
       `eval_every`, `eval_episodes`.
+    - `env_params`: keyword arguments of `envs.make(env, **env_params)` (the
+      MinAtar blocks' `sticky_prob`); empty for most blocks.
     """
 
     agent: str
     env: str
     hp: dict[str, Any]
     run: dict[str, Any]
+    env_params: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def make_env(self) -> Any:
+        """`envs.make(env, **env_params)`: the env the block was tuned on."""
+        import envs
+
+        return envs.make(self.env, **self.env_params)
 
 
 def tuned(agent: str, env: str) -> Tuned:
@@ -31,7 +40,7 @@ def tuned(agent: str, env: str) -> Tuned:
     ```python
     t = experiments.tuned("dqn", "CartPole-v1")
     agent = zoo.make("dqn", **t.hp)
-    result = runners.run(agent, envs.make("CartPole-v1"), key=key, **t.run)
+    result = runners.run(agent, t.make_env(), key=key, **t.run)
     ```
 
     **Raises:** `ValueError` naming the tuned envs of `agent` (or the agents with
@@ -58,7 +67,7 @@ def tuned(agent: str, env: str) -> Tuned:
         "eval_every": block.get("eval_every", max(total // configs.NUM_EVALS, 1)),
         "eval_episodes": block.get("eval_episodes", fallback["eval_episodes"]),
     }
-    return Tuned(agent, env, block.get("hp") or {}, run)
+    return Tuned(agent, env, block.get("hp") or {}, run, block.get("env_params") or {})
 
 
 def pairs() -> list[tuple[str, str]]:

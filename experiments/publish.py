@@ -119,7 +119,6 @@ def publish_pair(agent_name: str, env_name: str, out: Path, head: str) -> dict:
     import jax.random as jr
     import numpy as np
 
-    import envs
     import experiments
     import runners
     import zoo
@@ -127,7 +126,7 @@ def publish_pair(agent_name: str, env_name: str, out: Path, head: str) -> dict:
 
     tuned = experiments.tuned(agent_name, env_name)
     agent = zoo.make(agent_name, **tuned.hp)
-    env = envs.make(env_name)
+    env = tuned.make_env()
     seeds = seeds_for(env_name)
     target, target_source = TARGETS[env_name]
     t0 = time.perf_counter()
@@ -179,6 +178,7 @@ def publish_pair(agent_name: str, env_name: str, out: Path, head: str) -> dict:
             "env": env_name,
             "command": f"python -m experiments.publish {agent_name}:{env_name}",
             "hp": tuned.hp,
+            "env_params": tuned.env_params,
             "total_steps": tuned.run["total_steps"],
             "num_envs": tuned.run["num_envs"],
             "train_key": f"jr.split(jr.PRNGKey({TRAIN_KEY}), {seeds})[{best}]",

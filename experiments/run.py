@@ -60,8 +60,11 @@ def config():
     # env name (envs.names()); default: experiments.configs.DEFAULT_ENV[agent]
     env = _resume.resumed(resume, "env", configs.default_env(agent))
     # env parameters, envs.make(env, **env_params): `env_params.<name>=value`,
-    # e.g. env_params.max_steps_in_episode=1000
-    env_params = _resume.resumed(resume, "env_params", {})
+    # e.g. env_params.max_steps_in_episode=1000 (tuned block, else none; the
+    # MinAtar blocks set sticky_prob=0.1, env_params.sticky_prob=0 turns it off)
+    env_params = _resume.resumed(
+        resume, "env_params", _config.env_params_default(agent, env)
+    )
     # base PRNG seed: seed i of num_seeds trains with split(PRNGKey(seed))[i]
     seed = _resume.resumed(resume, "seed", 0)
     # independent seeds, trained together (vmapped)

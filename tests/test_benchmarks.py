@@ -90,7 +90,11 @@ def test_render_writes_the_table_between_markers_and_one_figure_per_env(
     import json
 
     doc = tmp_path / "bench.md"
-    doc.write_text(f"# B\n\nbefore\n\n{table.BEGIN}\nOLDROWS\n{table.END}\n\nafter\n")
+    begin, end = table.markers("nosticky")
+    doc.write_text(
+        f"# B\n\nbefore\n\n{table.BEGIN}\nOLDROWS\n{table.END}\n\n"
+        f"{begin}\nOLD\n{end}\n\nafter\n"
+    )
     results = tmp_path / "results"
     results.mkdir()
     monkeypatch.setattr(table, "DOC", doc)
@@ -103,6 +107,12 @@ def test_render_writes_the_table_between_markers_and_one_figure_per_env(
         if agent == "ppo":  # current; dqn's has no fingerprint, so is stale
             block = tuned(agent, "CartPole-v1")
             result["fingerprint"] = table.fingerprint(block, len(returns))
+            held = [500.0] * 22 + [470.0, 300.0]
+            result["held_out"] = {
+                "returns": held,
+                **table.held_out_summary(held, 475.0),
+                "fingerprint": table.fingerprint(block, len(returns), 24),
+            }
         path = table.result_path(agent, "CartPole-v1")
         path.write_text(json.dumps(result))
     pairs = [("ppo", "CartPole-v1"), ("dqn", "CartPole-v1"), ("a2c", "Acrobot-v1")]
@@ -111,8 +121,13 @@ def test_render_writes_the_table_between_markers_and_one_figure_per_env(
     assert text.startswith("# B\n\nbefore\n") and text.endswith("\nafter\n")
     assert "OLDROWS" not in text
     assert "| ppo | CartPole-v1 | 1,000 | 3 | 490.0 [" in text
-    assert "| 480.0 | 500 (rl-baselines3-zoo" in text  # worst seed, reference
+    # Worst seed, held-out seeds at the target (22 of 24: marked), the worst
+    # held-out seed, the reference.
+    assert "| 480.0 | 22/24 ≥ 475 ✗ | 300.0 | 500 (rl-baselines3-zoo" in text
     assert "| dqn | CartPole-v1 (stale) | 1,000 | 2 | 450.0 [" in text
+    assert "| 400.0 | - | - | 500 (rl-baselines3-zoo" in text
+    assert "not shipped as a pretrained agent" in text
+    assert f"{begin}\nOLD" not in text  # the variant's table, rendered empty
     assert "Not yet measured: a2c:Acrobot-v1." in text
     refs = {"ppo:Breakout-MinAtar": {"return": "22.9-43.4", "source": "blines"}}
     assert table._published(refs, "pqn", "Breakout-MinAtar") == (
@@ -137,3 +152,45 @@ def test_fingerprint_follows_config_seeds_and_code(monkeypatch):
 def test_unknown_pair_is_refused_before_anything_runs(capsys):
     with pytest.raises(SystemExit, match="no tuned block for ppo:Nope-v0"):
         table.main(["--only", "ppo:Nope-v0"])
+
+
+def test_held_out_summary_counts_seeds_at_the_target():
+    x = [500.0] * 23 + [100.0]
+    assert table.held_out_summary(x, 475.0) == {
+        "worst": 100.0,
+        "seeds": 24,
+        "target": 475.0,
+        "at_target": 23,
+        "passed": True,
+    }
+    assert table.held_out_summary([500.0] * 22 + [1.0, 2.0], 475.0)["passed"] is False
+    # With 4 seeds every one must reach it.
+    assert table.held_out_summary([30.0, 30.0, 30.0, 20.0], 21.0)["passed"] is False
+    assert "target" not in table.held_out_summary([1.0, 2.0], None)
+
+
+def test_targets_cover_every_tuned_single_agent_pair_and_variant():
+    import envs
+
+    for agent, env, variant in table.rows():
+        if envs.is_multi_agent(env):
+            continue
+        target = table.seed_target(agent, env, variant)
+        assert target is not None, (agent, env, variant)
+        assert isinstance(target["seed"], int | float) and target["source"]
+    assert table.seed_target("ddpg", "Pendulum-v1")["seed"] == -300
+    assert table.seed_target("sac", "Pendulum-v1")["seed"] == -250
+
+
+def test_variants_apply_to_blocks_that_set_their_parameters():
+    sticky = {"total_steps": 10, "num_envs": 1, "env_params": {"sticky_prob": 0.1}}
+    assert table.variants(sticky) == ["", "nosticky"]
+    assert table.variants({"total_steps": 10}) == [""]
+    plain = table.variant_block(sticky, "nosticky")
+    assert plain["env_params"] == {"sticky_prob": 0}
+    assert sticky["env_params"] == {"sticky_prob": 0.1}  # not changed in place
+    assert table.result_path("ppo", "Breakout-MinAtar", "nosticky").name == (
+        "ppo__Breakout-MinAtar__nosticky.json"
+    )
+    assert table.fingerprint(plain, 4) != table.fingerprint(sticky, 4)
+    assert table.fingerprint(sticky, 4, 24) != table.fingerprint(sticky, 4)

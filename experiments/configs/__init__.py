@@ -9,6 +9,8 @@ CartPole-v1:
   num_envs: 10
   hp:                   # passed to zoo.make("<agent>", **hp)
     learning_rate: 1.0e-3
+  env_params:           # passed to envs.make("<env>", **env_params)
+    sticky_prob: 0.1
 ```
 
 This module reads the files only (no JAX), so that a config can be resolved and
@@ -49,6 +51,14 @@ RUN_KEYS: dict[str, type] = {
     "eval_episodes": int,
 }
 
+# The benchmark table's held-out seeds split from jax.random.PRNGKey(HELD_OUT_KEY)
+# (`benchmarks/table.py`): no tuning may use this key, so `benchmarks/speed.py`
+# refuses it as `--seed`.
+HELD_OUT_KEY = 20_261_202
+
+# Mappings a block may set: the agent's hyperparameters and the env's parameters.
+MAPPINGS = ("hp", "env_params")
+
 
 def agents() -> list[str]:
     """Agents with a tuned-config file."""
@@ -67,8 +77,8 @@ def blocks(agent: str) -> dict[str, dict[str, Any]]:
 
 
 def tuned(agent: str, env: str) -> dict[str, Any] | None:
-    """The tuned block for `agent` on `env` (`total_steps`, `num_envs`, `hp`), or
-    `None` when that pair has none."""
+    """The tuned block for `agent` on `env` (`total_steps`, `num_envs`, `hp`,
+    `env_params`), or `None` when that pair has none."""
     return blocks(agent).get(env)
 
 
@@ -84,13 +94,14 @@ def check_block(agent: str, env: str, block: Any) -> None:
     where = f"experiments/configs/{agent}.yaml, block {env!r}"
     if not isinstance(block, dict):
         raise ValueError(f"{where}: expected a mapping, got {block!r}")
-    unknown = sorted(set(block) - set(RUN_KEYS) - {"hp"})
+    unknown = sorted(set(block) - set(RUN_KEYS) - set(MAPPINGS))
     if unknown:
         raise ValueError(
-            f"{where}: unknown key(s) {unknown}; valid: {[*RUN_KEYS, 'hp']}"
+            f"{where}: unknown key(s) {unknown}; valid: {[*RUN_KEYS, *MAPPINGS]}"
         )
-    if not isinstance(block.get("hp", {}), dict):
-        raise ValueError(f"{where}: 'hp' must be a mapping, got {block['hp']!r}")
+    for key in MAPPINGS:
+        if not isinstance(block.get(key, {}), dict):
+            raise ValueError(f"{where}: {key!r} must be a mapping, got {block[key]!r}")
     for key, kind in RUN_KEYS.items():
         value = block.get(key)
         if value is not None and (type(value) is not kind or value <= 0):
