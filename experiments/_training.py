@@ -19,6 +19,7 @@ from experiments import (
     _jax_setup,
     _record,
     _resume,
+    _stats,
 )
 from experiments._config import ConfigError
 from experiments._sacred import SacredError
@@ -206,6 +207,11 @@ def train(
         _resume.interrupted(_run, stop.signum, written[-1] if written else None)
     per_seed = result.final_returns.mean(axis=1)
     mean, std = float(per_seed.mean()), float(per_seed.std())
+    # Each seed's final greedy return and their IQM, as Python floats (Sacred
+    # stores arrays as unreadable blobs): a sweep's search maximises the IQM.
+    finals = [float(r) for r in per_seed.tolist()]
+    _run.info["final_returns"] = finals
+    _run.info["return_iqm"] = float(_stats.iqm(finals))
     env_steps = result.reports[-1].env_steps
     trained = env_steps - (0 if state is None else int(state.env_steps[0]))
     _run.info.update(

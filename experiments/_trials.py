@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 # Workers import `experiments.run` inside each trial (after setting XLA's flags).
-from experiments import _jax_setup
+from experiments import _jax_setup, _stats
 from experiments._config import ConfigError
 from experiments._sacred import get_config_updates
 
@@ -25,6 +25,10 @@ SPEC_FILE = "sweep.json"
 STUDY_FILE = "optuna.journal"
 # Sacred statuses of a trial's latest attempt that a relaunch resumes.
 _RESUMABLE = ("RUNNING", "INTERRUPTED", "QUEUED")
+# A search ranks trials by the IQM of their seeds' final greedy returns, which
+# cuts the lowest and highest quarter: with fewer than 4 seeds it cuts nothing
+# (the mean of 1-3 seeds, one lucky seed deciding).
+MIN_SEEDS = 4
 
 
 def _set(tree: dict[str, Any], path: str, value: Any) -> None:
@@ -107,6 +111,36 @@ def parse(updates: list[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str,
     return parsed, grid, search
 
 
+def search_seeds(fixed: dict[str, Any], search: dict[str, Any]) -> dict[str, Any]:
+    """`fixed` for a search's trials: `num_seeds` is `MIN_SEEDS` unless given.
+
+    **Raises:** `ConfigError` when `num_seeds` (given, or the low end of
+    `search.num_seeds`) is below `MIN_SEEDS`."""
+    spec = search.get("num_seeds")
+    if spec is None:
+        low = fixed.get("num_seeds", MIN_SEEDS)
+        given = f"num_seeds={low!r}"
+    elif spec[0] == "choice":
+        low = min((v for v in spec[1] if isinstance(v, int | float)), default=None)
+        given = f"search.num_seeds={spec[1]!r}"
+    else:
+        low = spec[1]
+        given = f"search.num_seeds={spec[0]}({spec[1]},{spec[2]})"
+    if isinstance(low, int | float) and low < MIN_SEEDS:
+        fix = (
+            f"set num_seeds={MIN_SEEDS} (or more)"
+            if spec is None
+            else f"search num_seeds over values of {MIN_SEEDS} or more"
+        )
+        raise ConfigError(
+            f"{given}: a search ranks trials by the IQM of their seeds' final "
+            f"returns, which needs at least {MIN_SEEDS} seeds; {fix}"
+        )
+    if spec is not None or "num_seeds" in fixed:
+        return fixed
+    return {**fixed, "num_seeds": MIN_SEEDS}
+
+
 def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
     """Every combination, the last key fastest."""
     names = list(grid)
@@ -176,17 +210,50 @@ def _attempts(slot_dir: Path) -> list[tuple[int, Path, dict[str, Any]]]:
     return sorted(out, key=lambda a: a[0])
 
 
+def objective(info: dict[str, Any], result: Any) -> float | None:
+    """A completed run's objective: the IQM over its seeds of the final greedy
+    return, from its info (`info.json`). **Returns:** `None` without one."""
+    if isinstance(info.get("return_iqm"), int | float):
+        return float(info["return_iqm"])
+    finals = info.get("final_returns")
+    if isinstance(finals, list) and finals:
+        return float(_stats.iqm(finals))
+    # A run recorded before runs recorded their seeds' returns (or a run of a
+    # `sweep.<hp>` program, which records its members instead): its result, the
+    # mean over seeds. That is the IQM for fewer than 4 seeds (searches trained
+    # one by default then); with more it is only the mean, the best we have.
+    return float(result) if isinstance(result, int | float) else None
+
+
+def _info(attempt: Path) -> dict[str, Any]:
+    with contextlib.suppress(ValueError, OSError):
+        info = json.loads((attempt / "info.json").read_text())
+        if isinstance(info, dict):
+            return info
+    return {}
+
+
+def attempt_value(attempt: Path, record: dict[str, Any]) -> float | None:
+    """The objective (`objective`) of an attempt whose `run.json` is `record`;
+    `None` unless it COMPLETED."""
+    if record.get("status") != "COMPLETED":
+        return None
+    return objective(_info(attempt), record.get("result"))
+
+
 def trial_state(slot_dir: Path) -> tuple[str, Any, Path | None]:
-    """`(status, result, folder)` of a trial: `status` is the latest attempt's
-    Sacred status ("NEW" if none); `folder` is the attempt to resume from (the
-    one with the newest checkpoint) when the latest attempt was cut short."""
+    """`(status, value, folder)` of a trial: `status` is the latest attempt's
+    Sacred status ("NEW" if none); `value` its objective when it COMPLETED (the
+    IQM over its seeds, `objective`), else `None`; `folder` is the latest
+    attempt, or when that was cut short, the attempt to resume from (the one
+    with the newest checkpoint)."""
     attempts = _attempts(slot_dir)
     if not attempts:
         return "NEW", None, None
     _, latest, record = attempts[-1]
     status = record.get("status", "RUNNING")
     if status not in _RESUMABLE:
-        return status, record.get("result"), latest
+        return status, attempt_value(latest, record), latest
     best: tuple[int, Path] | None = None
     for _, path, _ in attempts:
         steps = [int(p.name) for p in (path / "checkpoints").glob("[0-9]*")]
@@ -202,13 +269,15 @@ def run_trial(
     folder: str, slot: int, updates: dict[str, Any], mongo: str | None
 ) -> float:
     """Run (or resume, or reuse) trial `slot` as a Sacred run of
-    `experiments.run`; its result (the final greedy return).
+    `experiments.run`; its objective: the IQM over its seeds of the final greedy
+    return (`objective`), read from the run's info as a reused trial's is from
+    its `info.json`. The run's result stays the mean.
 
     **Raises:** what the run raises (`TrainingError`, `Interrupted`, ...)."""
     slot_dir = Path(folder).resolve() / "trials" / f"{slot:04d}"
-    status, result, resume = trial_state(slot_dir)
-    if status == "COMPLETED" and isinstance(result, int | float):
-        return float(result)
+    status, value, resume = trial_state(slot_dir)
+    if status == "COMPLETED" and value is not None:
+        return value
     from experiments.run import ex
 
     config = {**updates, "progress": False}
@@ -220,7 +289,9 @@ def run_trial(
         options["--mongo_db"] = mongo
     run = ex.run(config_updates=config, options=options)
     assert isinstance(run.result, float), run.result  # main's return value
-    return run.result
+    value = objective(run.info, run.result)
+    assert value is not None
+    return value
 
 
 # -- Workers: one submitit job each ----------------------------------------------
@@ -252,8 +323,9 @@ def search_worker(
     seed: int,
     mongo: str | None,
 ) -> int:
-    """Run `n_trials` Optuna trials (enqueued resumptions first). **Returns:**
-    trials completed."""
+    """Run `n_trials` Optuna trials (enqueued resumptions first), maximising
+    each trial's IQM over its seeds (`run_trial`). **Returns:** trials
+    completed."""
     _jax_setup.set_xla_flags()
     import optuna
 

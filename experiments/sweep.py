@@ -15,6 +15,15 @@ local executor on one machine, SLURM job arrays on a cluster. Relaunching the
 same command continues the sweep: finished trials are kept, and a trial that
 was killed or interrupted resumes from its last checkpoint.
 
+A search maximises each trial's IQM (interquartile mean) over its seeds of the
+final greedy return, which `experiments.run` records in the run's info
+(`final_returns`, one per seed, and `return_iqm`; the run's result stays the
+mean): its trials train 4 seeds unless `num_seeds` says more, and fewer are
+refused. At the end the trials' table is printed and written to `summary.md`
+and `summary.json`, and the best trial (its parameters and IQM), the number of
+trials completed and the sweep's command to `best.json`, for the record of a
+tuned config.
+
 One run with `sweep.<hp>=[...]` trains float hyperparameters in one program
 (much faster); this launcher is for what that cannot do: shapes, envs, many
 machines, and adaptive search.
@@ -32,6 +41,7 @@ from typing import Any
 
 from experiments._config import ConfigError
 from experiments._trials import (
+    MIN_SEEDS as MIN_SEEDS,
     SPEC_FILE as SPEC_FILE,
     STUDY_FILE as STUDY_FILE,
     _attempts,
@@ -39,10 +49,12 @@ from experiments._trials import (
     _flatten,
     _resume_search,
     _study,
+    attempt_value,
     grid_points as grid_points,
     grid_worker as grid_worker,
     parse as parse,
     run_trial as run_trial,
+    search_seeds as search_seeds,
     search_worker as search_worker,
     trial_state as trial_state,
     trial_updates as trial_updates,
@@ -123,8 +135,12 @@ def _executor(args: argparse.Namespace, folder: Path) -> Any:
     return executor
 
 
-def _summary(folder: Path, keys: list[str], fixed_args: list[str]) -> tuple[str, Any]:
-    """The trials' table (Markdown) and the best row."""
+def _summary(
+    folder: Path, keys: list[str], fixed_args: list[str], command: str
+) -> tuple[str, dict[str, Any] | None]:
+    """The trials' table (Markdown) and the study's record (`best.json`): the
+    sweep's command, the trials completed and the best trial (the highest IQM
+    over its seeds: what a search maximises), or `None` when none completed."""
     rows = []
     for slot_dir in sorted((folder / "trials").glob("[0-9]*")):
         attempts = _attempts(slot_dir)
@@ -138,14 +154,16 @@ def _summary(folder: Path, keys: list[str], fixed_args: list[str]) -> tuple[str,
                 "trial": int(slot_dir.name),
                 **{k: flat.get(k) for k in keys},
                 "status": record.get("status"),
+                "iqm": attempt_value(path, record),
                 "result": record.get("result"),
+                "num_seeds": flat.get("num_seeds"),
                 "attempts": len(attempts),
                 "run": str(path),
             }
         )
-    done = [r for r in rows if isinstance(r["result"], int | float)]
-    best = max(done, key=lambda r: r["result"]) if done else None
-    columns = ["trial", *keys, "status", "result", "attempts", "run"]
+    done = [r for r in rows if isinstance(r["iqm"], int | float)]
+    best = max(done, key=lambda r: r["iqm"]) if done else None
+    columns = ["trial", *keys, "status", "iqm", "result", "attempts", "run"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
         cells = [
@@ -153,6 +171,7 @@ def _summary(folder: Path, keys: list[str], fixed_args: list[str]) -> tuple[str,
             for c in columns
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    study = None
     if best is not None:
         best["command"] = shlex.join(
             ["python", "-m", "experiments.run", "with", *fixed_args]
@@ -161,28 +180,48 @@ def _summary(folder: Path, keys: list[str], fixed_args: list[str]) -> tuple[str,
                 for k in keys
             ]
         )
+        study = {
+            "command": command,
+            "objective": "IQM over seeds of the final greedy return (maximised)",
+            "trials": len(done),
+            "failed": sum(1 for r in rows if r["status"] == "FAILED"),
+            "value": best["iqm"],
+            "trial": best["trial"],
+            "params": {k: best[k] for k in keys},
+            "num_seeds": best["num_seeds"],
+            "mean": best["result"],
+            "run": best["run"],
+            "train_command": best["command"],
+        }
+        (folder / "best.json").write_text(json.dumps(study, indent=2) + "\n")
     (folder / "summary.md").write_text("\n".join(lines) + "\n")
     (folder / "summary.json").write_text(
         json.dumps({"trials": rows, "best": best}, indent=2, default=str) + "\n"
     )
-    return "\n".join(lines), best
+    return "\n".join(lines), study
 
 
 def main(argv: list[str] | None = None) -> int:
     """Launch (or continue) a sweep; print its table and best trial.
 
     **Returns:** the exit status: 0 when every trial completed."""
-    args, updates = _arguments(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = shlex.join(["python", "-m", "experiments.sweep", *argv])
+    args, updates = _arguments(argv)
     fixed, grid, search = parse(updates)
     _require("submitit", *(["optuna"] if search else []))
     if search and args.trials is None:
         raise ConfigError("search.* needs --trials N (Optuna trials in all)")
     if grid and args.trials is not None:
         raise ConfigError("--trials is for search.*; a grid runs every combination")
+    fixed_args = [u for u in updates if not u.startswith(("grid.", "search."))]
+    if search:
+        if "num_seeds" not in fixed and "num_seeds" not in search:
+            fixed_args.append(f"num_seeds={MIN_SEEDS}")  # as the trials train
+        fixed = search_seeds(fixed, search)
     spec = {"fixed": fixed, "grid": grid, "search": search, "trials": args.trials}
     digest = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
     folder = Path(args.folder or f"sweeps/sweep-{digest}").resolve()
-    fixed_args = [u for u in updates if not u.startswith(("grid.", "search."))]
     spec_file = folder / SPEC_FILE
     if spec_file.is_file():
         before = json.loads(spec_file.read_text())
@@ -244,14 +283,18 @@ def main(argv: list[str] | None = None) -> int:
     if workers:
         jobs = executor.map_array(*launch)
         _follow(jobs, folder, total)
-    table, best = _summary(folder, keys, fixed_args)
+    table, study = _summary(folder, keys, fixed_args, command)
     print(table, flush=True)
     statuses = json.loads((folder / "summary.json").read_text())["trials"]
     completed = sum(1 for row in statuses if row["status"] == "COMPLETED")
-    if best is not None:
+    if study is not None:
+        mean = study["mean"]
+        mean = f" (mean {mean:.1f})" if isinstance(mean, int | float) else ""
         print(
-            f"best: trial {best['trial']}, result {best['result']:.1f}; train it "
-            f"with:\n  {best['command']}",
+            f"best: trial {study['trial']} of {study['trials']} completed, IQM "
+            f"{study['value']:.1f} over {study['num_seeds']} seed(s){mean}: "
+            f"{json.dumps(study['params'])}\n  with this command in "
+            f"{folder / 'best.json'}; train it with:\n  {study['train_command']}",
             flush=True,
         )
     print(f"{completed}/{total} trials completed; {folder / 'summary.md'}", flush=True)

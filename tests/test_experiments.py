@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments import _config, configs
+from experiments import _config, _stats, configs
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["total_steps=2000", "eval_episodes=4", "progress=True"]
@@ -70,6 +70,12 @@ def test_cli_run_record(cli_run):
     info = json.loads((run_dir / "info.json").read_text())
     for key in ("wall_s", "compile_s", "train_s", "steps_per_s"):
         assert isinstance(info[key], float) and info[key] > 0
+    # Each seed's final greedy return, as floats, and their IQM (what a sweep's
+    # search maximises); the result stays their mean.
+    finals = info["final_returns"]
+    assert len(finals) == 2 and all(isinstance(r, float) for r in finals)
+    assert info["return_iqm"] == float(_stats.iqm(finals))
+    assert math.isclose(sum(finals) / 2, run["result"], rel_tol=1e-6)
 
 
 def test_cli_metrics(cli_run):

@@ -21,6 +21,22 @@ def test_iqm_is_the_mean_of_the_middle_half():
     np.testing.assert_allclose(both, [3.5, 4.5])
 
 
+def test_iqm_is_scipys_trim_mean_to_the_bit():
+    # NumPy alone (experiments.run records every run's IQM; scipy.stats would
+    # add half a second to its start), computed as trim_mean computes it.
+    from scipy.stats import trim_mean
+
+    rng = np.random.default_rng(0)
+    for n in range(1, 13):
+        for dtype in ("float32", "float64", "int64"):
+            x = (rng.normal(size=(3, n)) * 100).astype(dtype)
+            for axis in (-1, 0):
+                ours, theirs = _stats.iqm(x, axis), trim_mean(x, 0.25, axis=axis)
+                assert ours.dtype == np.asarray(theirs).dtype
+                np.testing.assert_array_equal(ours, theirs)
+    assert _stats.iqm([3.0]) == 3.0 and math.isnan(_stats.iqm([]))
+
+
 def test_ci_contains_the_iqm_and_narrows_with_more_seeds():
     rng = np.random.default_rng(1)
     few, many = rng.normal(100, 10, 8), rng.normal(100, 10, 64)
