@@ -32,6 +32,7 @@ from ._networks import (
     GaussianActor as GaussianActor,
     QCritic as QCritic,
     QNetwork as QNetwork,
+    SDEActor as SDEActor,
     SquashedGaussianActor as SquashedGaussianActor,
     Torso as Torso,
     conv3x3 as conv3x3,

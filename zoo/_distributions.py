@@ -58,6 +58,13 @@ def squashed_gaussian_sample(
     as `2 (log 2 - u - softplus(-2u))`, which stays finite where tanh saturates.
     """
     u = gaussian_sample(mean, log_std, key=key)
-    log_prob = gaussian_log_prob(mean, log_std, u)
+    return jnp.tanh(u), squashed_gaussian_log_prob(mean, log_std, u)
+
+
+def squashed_gaussian_log_prob(
+    mean: Float[Array, " d"], log_std: Float[Array, " d"], u: Float[Array, " d"]
+) -> Float[Array, ""]:
+    """The log-density of `tanh(u)` for `u ~ N(mean, exp(log_std)^2)`, given `u`
+    (the pre-squash sample)."""
     log_det = 2.0 * (math.log(2.0) - u - jax.nn.softplus(-2.0 * u))
-    return jnp.tanh(u), log_prob - jnp.sum(log_det)
+    return gaussian_log_prob(mean, log_std, u) - jnp.sum(log_det)

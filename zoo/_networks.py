@@ -523,3 +523,71 @@ class SquashedGaussianActor(eqx.Module):
         low, high = self.log_std_bounds
         log_std = low + 0.5 * (high - low) * (jnp.tanh(raw) + 1.0)
         return mean, log_std
+
+
+@final
+class SDEActor(eqx.Module):
+    """A tanh-squashed Gaussian policy with generalised state-dependent
+    exploration (gSDE; Raffin, Kober and Stulp, 2022).
+
+    The mean comes from the torso's features `z(s)` (clipped to
+    `±mean_clip` before squashing). The exploration noise is `z(s) @ W`, with
+    `W[i, j] ~ N(0, exp(log_std[i, j])^2)` drawn once per sampling period, not
+    per step: for one `W` the noise is a smooth function of the state, and at a
+    state it is Gaussian with standard deviation
+    `sqrt(sum_i z_i(s)^2 exp(2 log_std[i, j]))`, which gives the log-density.
+    The features are not trained through the noise (`stop_gradient`), as in
+    gSDE's default. `noise_key` is where an agent's exploration matrices come
+    from (not learnt: it is not an inexact array, so optimizers skip it).
+    """
+
+    torso: Torso
+    head: eqx.nn.Linear
+    log_std: Float[Array, "latent action_dim"]
+    noise_key: PRNGKeyArray
+    mean_clip: float = eqx.field(static=True, default=2.0)
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        action_dim: int,
+        hidden_sizes: Sequence[int],
+        activation: str = "relu",
+        log_std_init: float = -3.0,
+        *,
+        torso: str = "auto",
+        key: PRNGKeyArray,
+    ):
+        k1, k2, k3, k4 = jr.split(key, 4)
+        body = Torso(
+            obs_shape, hidden_sizes, activation, kind=torso, orthogonal=False, key=k1
+        )
+        head = eqx.nn.Linear(body.out_size, action_dim, key=k2)
+        self.torso, self.head = uniform_fan_in((body, head), key=k3)
+        self.log_std = jnp.full((body.out_size, action_dim), log_std_init)
+        self.noise_key = k4
+
+    def __call__(
+        self, obs: Shaped[Array, "..."]
+    ) -> tuple[Float[Array, " action_dim"], Float[Array, " latent"]]:
+        """The (pre-squash) mean and the features the noise is built on."""
+        features = self.torso(obs)
+        mean = jnp.clip(self.head(features), -self.mean_clip, self.mean_clip)
+        return mean, features
+
+    def matrix(self, key: PRNGKeyArray) -> Float[Array, "latent action_dim"]:
+        """An exploration matrix `W`: standard normal draws scaled by `exp(log_std)`
+        (differentiable in `log_std`)."""
+        return jnp.exp(self.log_std) * jr.normal(key, self.log_std.shape)
+
+    def noise(
+        self, features: Float[Array, " latent"], w: Float[Array, "latent action_dim"]
+    ) -> Float[Array, " action_dim"]:
+        return jax.lax.stop_gradient(features) @ w
+
+    def noise_log_std(
+        self, features: Float[Array, " latent"]
+    ) -> Float[Array, " action_dim"]:
+        """The log standard deviation of the noise at these features."""
+        z2 = jax.lax.stop_gradient(features) ** 2
+        return 0.5 * jnp.log(z2 @ jnp.exp(2.0 * self.log_std) + 1e-6)

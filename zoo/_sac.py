@@ -14,7 +14,13 @@ from envs import Box, Space
 from . import _distributions as dist
 from ._agent import Extras, Metrics, adam_optimizer, check_positive
 from ._memory import Sample
-from ._networks import QCritic, SquashedGaussianActor, ensemble_q, q_ensemble
+from ._networks import (
+    QCritic,
+    SDEActor,
+    SquashedGaussianActor,
+    ensemble_q,
+    q_ensemble,
+)
 from ._normalize import RunningStats
 from ._off_policy import (
     AbstractOffPolicyAgent,
@@ -31,7 +37,7 @@ class SACState(AbstractOffPolicyState):
     """The learnt state of SAC: actor, twin critics and their targets, the
     entropy temperature, their optimizers and counters."""
 
-    actor: SquashedGaussianActor
+    actor: SquashedGaussianActor | SDEActor
     critics: QCritic  # twin critics, stacked along a leading axis
     target: QCritic  # target critics
     log_alpha: Float[Array, ""]  # log entropy temperature
@@ -65,6 +71,12 @@ class SAC(AbstractOffPolicyAgent[SACState]):
     - `alpha_init`: initial temperature; `learn_alpha`: tune it toward the target
       entropy `-target_entropy_scale * action_dim`.
     - `log_std_bounds`: bounds of the actor's log standard deviation.
+    - `use_sde`: explore with generalised state-dependent noise (gSDE, `SDEActor`)
+      instead of the actor's own white noise: the noise is `z(s) @ W` for the
+      actor's features `z(s)` and a matrix `W` drawn every `sde_sample_freq`
+      env steps (all envs together), with learnt scales starting at
+      `exp(sde_log_std_init)`; each gradient step draws one `W` for its batch.
+      Smooth, consistent exploration: what MountainCarContinuous-v0 needs.
     - `prioritized`: prioritised replay (proportional); `priority_alpha` is
       the priority exponent, `priority_beta` the importance-weight exponent at
       the start (annealed linearly to 1).
@@ -93,6 +105,9 @@ class SAC(AbstractOffPolicyAgent[SACState]):
     learn_alpha: bool = eqx.field(static=True, default=True)
     target_entropy_scale: float = 1.0
     log_std_bounds: tuple[float, float] = eqx.field(static=True, default=(-5.0, 2.0))
+    use_sde: bool = eqx.field(static=True, default=False)
+    sde_sample_freq: int = eqx.field(static=True, default=64)
+    sde_log_std_init: float = -3.0
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(256, 256))
     activation: str = eqx.field(static=True, default="relu")
     torso: str = eqx.field(static=True, default="auto")
@@ -100,7 +115,7 @@ class SAC(AbstractOffPolicyAgent[SACState]):
     scale_obs: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
-        check_positive(self, "n_critics", "alpha_init")
+        check_positive(self, "n_critics", "alpha_init", "sde_sample_freq")
         low, high = self.log_std_bounds
         if not low < high:
             raise ValueError(
@@ -125,15 +140,26 @@ class SAC(AbstractOffPolicyAgent[SACState]):
         k_actor, k_critic = jr.split(key)
         dim = space.shape[0]
         shape = obs_space.shape
-        actor = SquashedGaussianActor(
-            shape,
-            dim,
-            self.hidden_sizes,
-            self.activation,
-            self.log_std_bounds,
-            torso=self.torso,
-            key=k_actor,
-        )
+        if self.use_sde:
+            actor = SDEActor(
+                shape,
+                dim,
+                self.hidden_sizes,
+                self.activation,
+                self.sde_log_std_init,
+                torso=self.torso,
+                key=k_actor,
+            )
+        else:
+            actor = SquashedGaussianActor(
+                shape,
+                dim,
+                self.hidden_sizes,
+                self.activation,
+                self.log_std_bounds,
+                torso=self.torso,
+                key=k_actor,
+            )
         critics = q_ensemble(
             self.n_critics,
             shape,
@@ -177,7 +203,17 @@ class SAC(AbstractOffPolicyAgent[SACState]):
         key: PRNGKeyArray,
         greedy: bool = False,
     ) -> tuple[Float[Array, " action_dim"], Extras]:
-        mean, log_std = state.actor(self.preprocess(state, obs))
+        actor = state.actor
+        if isinstance(actor, SDEActor):
+            mean, features = actor(self.preprocess(state, obs))
+            if greedy:
+                return scale_action(state.action_space, jnp.tanh(mean)), {}
+            # One exploration matrix per sampling period, for every env.
+            period = state.env_steps // self.sde_sample_freq
+            w = actor.matrix(jr.fold_in(actor.noise_key, period))
+            unit = jnp.tanh(mean + actor.noise(features, w))
+            return scale_action(state.action_space, unit), {}
+        mean, log_std = actor(self.preprocess(state, obs))
         if greedy:
             unit = jnp.tanh(mean)
         else:
@@ -185,6 +221,16 @@ class SAC(AbstractOffPolicyAgent[SACState]):
         return scale_action(state.action_space, unit), {}
 
     def _sample_actions(self, actor, obs, key):
+        """Squashed actions for a batch of observations and their log-densities
+        (reparameterised: differentiable in the actor)."""
+        if isinstance(actor, SDEActor):
+            # As gSDE trains: one exploration matrix for the whole batch.
+            mean, features = jax.vmap(actor)(obs)
+            w = actor.matrix(key)
+            u = mean + jax.vmap(lambda f: actor.noise(f, w))(features)
+            log_std = jax.vmap(actor.noise_log_std)(features)
+            log_prob = jax.vmap(dist.squashed_gaussian_log_prob)(mean, log_std, u)
+            return jnp.tanh(u), log_prob
         keys = jr.split(key, obs.shape[0])
         mean, log_std = jax.vmap(actor)(obs)
         return jax.vmap(lambda m, s, k: dist.squashed_gaussian_sample(m, s, key=k))(
