@@ -215,3 +215,49 @@ def test_uniform_fan_in_draws_every_layer_at_its_own_scale(getkey):
             assert w.std() == pytest.approx(limit / np.sqrt(3), rel=0.05)
     # Independent draws: no two layers share values.
     assert not np.allclose(layers[1].weight[0, :4], layers[0].weight[:4, 0])
+
+
+def test_sde_exploration_holds_between_draws_and_depends_on_the_state(getkey):
+    agent = AGENTS["sac"](use_sde=True, sde_sample_freq=50, sde_log_std_init=-1.0)
+    obs_space, action_space = envs.Box(-1.0, 1.0, (2,)), envs.Box(-1.0, 1.0, (1,))
+    state = _init(agent, obs_space, action_space, getkey())
+    assert isinstance(state.actor, zoo.SDEActor)
+    a, b = jnp.array([0.3, -0.2]), jnp.array([-0.5, 0.4])
+    act = lambda s, o: float(agent.act(s, o, key=getkey())[0][0])
+    greedy = float(agent.act(state, a, key=getkey(), greedy=True)[0][0])
+    mean, _ = state.actor(a)
+    assert greedy == pytest.approx(float(jnp.tanh(mean[0])), abs=1e-6)
+    first = act(state, a)
+    assert first != greedy
+    assert act(state, a) == first  # one matrix until 50 env steps pass
+    later = eqx.tree_at(lambda s: s.env_steps, state, jnp.array(50, jnp.int32))
+    assert act(later, a) != first
+    # The same matrix gives other noise at another state.
+    noise = lambda o: (
+        act(state, o) - float(agent.act(state, o, key=getkey(), greedy=True)[0][0])
+    )
+    assert noise(a) != pytest.approx(noise(b))
+
+
+def test_sde_log_density_is_the_state_dependent_gaussian_squashed(getkey):
+    agent = AGENTS["sac"](use_sde=True, sde_log_std_init=-0.5)
+    obs_space, action_space = envs.Box(-1.0, 1.0, (3,)), envs.Box(-1.0, 1.0, (2,))
+    actor = _init(agent, obs_space, action_space, getkey()).actor
+    obs = jr.uniform(getkey(), (256, 3), minval=-1.0, maxval=1.0)
+    key = getkey()
+    action, log_prob = agent._sample_actions(actor, obs, key)
+    # By hand: u = mean + z @ W for one W of the batch; u_j ~ N(mean_j,
+    # sum_i z_i^2 exp(log_std_ij)^2) at each state; tanh's Jacobian.
+    mean, z = jax.vmap(actor)(obs)
+    w = jnp.exp(actor.log_std) * jr.normal(key, actor.log_std.shape)
+    u = mean + z @ w
+    np.testing.assert_allclose(action, jnp.tanh(u), rtol=1e-5, atol=1e-6)
+    std = jnp.sqrt((z**2) @ jnp.exp(2 * actor.log_std) + 1e-6)
+    gauss = jax.scipy.stats.norm.logpdf(u, mean, std).sum(axis=1)
+    expected = gauss - jnp.log(1.0 - jnp.tanh(u) ** 2).sum(axis=1)
+    np.testing.assert_allclose(log_prob, expected, rtol=1e-4, atol=1e-4)
+    # Reparameterised: the log-density's gradient reaches the learnt scales.
+    grad = jax.grad(
+        lambda a: agent._sample_actions(a, obs, key)[1].mean(), allow_int=True
+    )(actor)
+    assert float(jnp.abs(grad.log_std).sum()) > 0
