@@ -11,7 +11,11 @@ For each `(agent, env)` with a tuned config it trains the tuned block with
 with the best greedy return over 128 episodes, measures that seed again on 128
 fresh episodes (`EVAL_KEY`, so the selection does not flatter the figure), and
 ships it (`zoo.save`, plus a provenance JSON) when that return reaches the env's
-`TARGETS`. `index.json` records every pair tried and why one was not shipped.
+`TARGETS` and the pair passed the benchmark table's held-out check (its
+`benchmarks/results/<agent>__<env>.json`, measured on the same block, has at
+least 23 of 24 held-out seeds at the target; `--ignore-held-out` skips this for a
+block of your own). `index.json` records every pair tried and why one was not
+shipped.
 
 The same command on the same commit, libraries and machine writes the same
 files byte for byte: training and evaluation are seeded, the JSON is written with
@@ -30,6 +34,7 @@ from typing import Any
 from experiments._versions import versions
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
 SEEDS = 4
 MINATAR_SEEDS = 2
 EPISODES = 128
@@ -113,9 +118,39 @@ def parse_pairs(specs: list[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def publish_pair(agent_name: str, env_name: str, out: Path, head: str) -> dict:
-    """Train, select, measure and (when it reaches the target) write one pair.
-    **Returns:** its `index.json` entry."""
+def held_out_failure(agent: str, env: str) -> str | None:
+    """Why the pair fails the benchmark table's held-out check, or `None` when
+    its result (on today's tuned block) passed it."""
+    import experiments
+
+    path = RESULTS / f"{agent}__{env.replace('/', '_')}.json"
+    command = f"python benchmarks/table.py --only {agent}:{env}"
+    if not path.is_file():
+        return f"it has no benchmark result with held-out seeds ({command})"
+    result = json.loads(path.read_text())
+    t = experiments.tuned(agent, env)
+    block = {**t.run, "hp": t.hp, "env_params": t.env_params}
+    recorded = {**t.run, **result.get("config", {})}
+    recorded.setdefault("hp", {})
+    recorded.setdefault("env_params", {})
+    if {k: recorded.get(k) for k in block} != block:
+        return f"its benchmark result is of another block ({command})"
+    held = result.get("held_out")
+    if held is None or "passed" not in held:
+        return f"its benchmark result has no held-out seeds ({command})"
+    if not held["passed"]:
+        return (
+            f"{held['at_target']} of {held['seeds']} held-out seeds reached "
+            f"{held['target']:g} (worst {held['worst']:.1f}); it needs 23 of 24"
+        )
+    return None
+
+
+def publish_pair(
+    agent_name: str, env_name: str, out: Path, head: str, held_out: bool = True
+) -> dict:
+    """Train, select, measure and (when it reaches the target and passed the
+    held-out check) write one pair. **Returns:** its `index.json` entry."""
     import jax.random as jr
     import numpy as np
 
@@ -160,7 +195,13 @@ def publish_pair(agent_name: str, env_name: str, out: Path, head: str) -> dict:
         "seed_means": [round(float(m), 4) for m in select_means],
     }
     stem = file_stem(agent_name, env_name)
-    if mean < target:
+    failed = held_out_failure(agent_name, env_name) if held_out else None
+    if failed is not None:
+        entry["shipped"] = False
+        entry["reason"] = f"the held-out check: {failed}"
+        for suffix in (".eqx", ".json"):
+            (out / f"{stem}{suffix}").unlink(missing_ok=True)
+    elif mean < target:
         entry["shipped"] = False
         entry["reason"] = (
             f"its best of {seeds} seeds returned {mean:.1f} over {EPISODES} "
@@ -251,6 +292,11 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, default=DIR, help=f"folder of the files (default {DIR})"
     )
     parser.add_argument(
+        "--ignore-held-out",
+        action="store_true",
+        help="ship pairs without the benchmark table's held-out check",
+    )
+    parser.add_argument(
         "--allow-dirty",
         action="store_true",
         help="publish from uncommitted code (the provenance says +changes)",
@@ -274,7 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     index = json.loads(index_path.read_text()) if index_path.is_file() else {}
     for i, (agent, env) in enumerate(pairs, 1):
         print(f"[{i}/{len(pairs)}] {agent} on {env} ...", flush=True)
-        entry = publish_pair(agent, env, args.out, head)
+        entry = publish_pair(
+            agent, env, args.out, head, held_out=not args.ignore_held_out
+        )
         seconds = entry.pop("seconds")
         index[f"{agent}:{env}"] = entry
         write_json(index_path, dict(sorted(index.items())))

@@ -95,10 +95,43 @@ def test_other_pretrained_agents_load_and_act(pair):
     )
 
 
-def test_publish_is_byte_reproducible(tmp_path):
+def _held_out_result(folder, agent, env, *, at_target, seeds=24, **block):
+    """A benchmark result of `agent` on `env`'s tuned block with its held-out
+    check, as `benchmarks/table.py` writes it."""
+    import json
+
+    from experiments.configs import tuned
+
+    folder.mkdir(exist_ok=True)
+    config = {**tuned(agent, env), **block}
+    held = {"seeds": seeds, "at_target": at_target, "target": 475.0}
+    held.update(worst=100.0, passed=at_target >= 23 / 24 * seeds)
+    result = {"agent": agent, "env": env, "config": config, "held_out": held}
+    (folder / f"{agent}__{env}.json").write_text(json.dumps(result))
+
+
+def test_publish_ships_only_pairs_that_passed_the_held_out_check(tmp_path, monkeypatch):
+    from experiments import publish
+
+    results = tmp_path / "results"
+    monkeypatch.setattr(publish, "RESULTS", results)
+    assert "no benchmark result" in publish.held_out_failure("ppo", "CartPole-v1")
+    _held_out_result(results, "ppo", "CartPole-v1", at_target=22)
+    assert publish.held_out_failure("ppo", "CartPole-v1") == (
+        "22 of 24 held-out seeds reached 475 (worst 100.0); it needs 23 of 24"
+    )
+    _held_out_result(results, "ppo", "CartPole-v1", at_target=24, total_steps=1)
+    assert "of another block" in publish.held_out_failure("ppo", "CartPole-v1")
+    _held_out_result(results, "ppo", "CartPole-v1", at_target=23)
+    assert publish.held_out_failure("ppo", "CartPole-v1") is None
+
+
+def test_publish_is_byte_reproducible(tmp_path, monkeypatch):
     """The same command writes the same files, byte for byte."""
     from experiments import publish
 
+    monkeypatch.setattr(publish, "RESULTS", tmp_path / "results")
+    _held_out_result(tmp_path / "results", "ppo", "CartPole-v1", at_target=24)
     for out in ("a", "b"):
         code = publish.main(
             ["--allow-dirty", "--out", str(tmp_path / out), "ppo:CartPole-v1"]
