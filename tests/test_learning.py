@@ -23,6 +23,8 @@ from experiments.configs import tuned
         ("pqn", "CartPole-v1", 475.0),
         ("a2c", "CartPole-v1", 475.0),
         ("sac", "Pendulum-v1", -250.0),
+        # gSDE: white noise never left the valley.
+        ("sac", "MountainCarContinuous-v0", 90.0),
         ("td3", "Pendulum-v1", -250.0),
         ("ddpg", "Pendulum-v1", -300.0),
     ],
