@@ -230,7 +230,28 @@ def test_tuned_configs_load_and_validate(agent, env):
     for key in configs.RUN_KEYS:
         if key in block:
             assert config[key] == block[key]
+    assert config["env_params"] == block.get("env_params", {})
     assert _config.validate(config) == []
+
+
+def test_minatar_blocks_train_with_sticky_actions_unless_overridden():
+    import envs
+    import experiments
+
+    config = _resolve(agent="pqn", env="Breakout-MinAtar")
+    assert config["env_params"] == {"sticky_prob": 0.1}
+    env = experiments.tuned("pqn", "Breakout-MinAtar").make_env()
+    assert isinstance(env, envs.StickyActions) and env.prob == 0.1
+    config = _resolve(
+        agent="pqn", env="Breakout-MinAtar", **{"env_params.sticky_prob": 0}
+    )
+    assert config["env_params"] == {"sticky_prob": 0}
+    assert isinstance(
+        _config.make_env("Breakout-MinAtar", config["env_params"]), envs.GymnaxEnv
+    )
+    # A block's env parameters are checked like its other keys.
+    with pytest.raises(ValueError, match="'env_params' must be a mapping"):
+        configs.check_block("pqn", "Breakout-MinAtar", {"env_params": 0.1})
 
 
 def test_every_agent_has_a_tuned_default_env():
