@@ -25,6 +25,9 @@ from experiments.configs import tuned
         ("sac", "Pendulum-v1", -250.0),
         # gSDE: white noise never left the valley.
         ("sac", "MountainCarContinuous-v0", 90.0),
+        # State-dependent noise and a slow rate: every seed at the goal.
+        ("td3", "MountainCarContinuous-v0", 90.0),
+        ("ddpg", "MountainCarContinuous-v0", 90.0),
         ("td3", "Pendulum-v1", -250.0),
         ("ddpg", "Pendulum-v1", -300.0),
     ],
