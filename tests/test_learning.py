@@ -15,32 +15,35 @@ from experiments.configs import tuned
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("agent_name", "env_name", "threshold"),
+    ("agent_name", "env_name", "threshold", "steps"),
     [
-        ("ppo", "CartPole-v1", 475.0),
-        ("c51", "CartPole-v1", 475.0),
-        ("qrdqn", "CartPole-v1", 475.0),
-        ("pqn", "CartPole-v1", 475.0),
-        ("a2c", "CartPole-v1", 475.0),
-        ("sac", "Pendulum-v1", -250.0),
+        ("ppo", "CartPole-v1", 475.0, None),
+        ("c51", "CartPole-v1", 475.0, None),
+        ("qrdqn", "CartPole-v1", 475.0, None),
+        ("pqn", "CartPole-v1", 475.0, None),
+        ("a2c", "CartPole-v1", 475.0, None),
+        ("sac", "Pendulum-v1", -250.0, None),
         # gSDE: white noise never left the valley.
-        ("sac", "MountainCarContinuous-v0", 90.0),
+        ("sac", "MountainCarContinuous-v0", 90.0, None),
         # State-dependent noise and a slow rate: every seed at the goal.
-        ("td3", "MountainCarContinuous-v0", 90.0),
-        ("ddpg", "MountainCarContinuous-v0", 90.0),
-        ("td3", "Pendulum-v1", -250.0),
-        ("ddpg", "Pendulum-v1", -300.0),
+        ("td3", "MountainCarContinuous-v0", 90.0, None),
+        ("ddpg", "MountainCarContinuous-v0", 90.0, None),
+        ("td3", "Pendulum-v1", -250.0, None),
+        ("ddpg", "Pendulum-v1", -300.0, None),
+        # Sticky actions, 2M of the block's 5M steps: past the old block's
+        # plateau at 6 and at the MinAtar paper's DQN (10).
+        ("ppo", "Breakout-MinAtar", 10.0, 2_000_000),
     ],
 )
-def test_agent_reaches_target_return(agent_name, env_name, threshold):
+def test_agent_reaches_target_return(agent_name, env_name, threshold, steps):
     block = tuned(agent_name, env_name)
     assert block is not None, f"no tuned config for {agent_name} on {env_name}"
     agent = zoo.make(agent_name, **block.get("hp", {}))
     result = runners.run(
         agent,
-        envs.make(env_name),
+        envs.make(env_name, **block.get("env_params", {})),
         key=jr.PRNGKey(0),
-        total_steps=block["total_steps"],
+        total_steps=steps or block["total_steps"],
         num_envs=block["num_envs"],
         eval_episodes=64,
     )
