@@ -521,6 +521,16 @@ def render(tuned_pairs: list[tuple[str, str]]) -> None:
                 "\n\n(stale): measured on an earlier config or code; "
                 "`python benchmarks/table.py` measures it again."
             )
+        protocol = lambda r: (r.get("config") or {}).get("env_params") or {}
+        if any(
+            r["stale"] and "sticky_prob" not in protocol(r)
+            for r in results
+            if not variant and "MinAtar" in r["env"]
+        ):
+            table += (
+                " Stale MinAtar rows were measured without sticky actions, "
+                "before their blocks took the MinAtar paper's protocol."
+            )
         if any(r.get("held_out", {}).get("passed") is False for r in results):
             table += (
                 "\n\n✗: fewer than 23 of 24 held-out seeds (all of 4 for "
