@@ -287,6 +287,7 @@ def test_reset_and_step_are_written_once():
         envs.ClipAction,
         envs.EpisodeStatistics,
         envs.FlattenObservation,
+        envs.StickyActions,
     }
 
 
