@@ -195,7 +195,10 @@ def main(_run: Any) -> float:
         what = f"{target['run']} seed {config['seed']}"
     else:
         agent, state = zoo.pretrained(target["agent"], target["env"])
-        env = envs.make(target["env"])
+        # The env as the agent was trained and published (sticky actions on
+        # MinAtar).
+        prov = zoo.provenance(target["agent"], target["env"])
+        env = envs.make(target["env"], **prov.get("env_params", {}))
         what = "pretrained"
     name = f"{target['agent']} on {target['env']} ({what})"
     out = runners.evaluate(

@@ -65,7 +65,7 @@ def test_every_pretrained_agent_reaches_its_target(pair):
     returns = runners.evaluate(
         agent,
         state,
-        envs.make(env_name),
+        envs.make(env_name, **prov.get("env_params", {})),
         key=jr.PRNGKey(prov["eval_key"]),
         num_episodes=prov["episodes"],
     )

@@ -79,7 +79,9 @@ def pretrained(
     package).
 
     **Returns:** `(agent, agent_state)`; with no arguments, the list of
-    `(agent, env)` pairs. `zoo.provenance(agent, env)` tells how each was trained.
+    `(agent, env)` pairs. `zoo.provenance(agent, env)` tells how each was trained,
+    including the env parameters to make its env with (`"env_params"`: sticky
+    actions on MinAtar).
 
     **Raises:** `ValueError` naming the available pairs for an unknown pair (and,
     for a pair that was trained but not shipped, why: its return fell short of the
