@@ -233,6 +233,16 @@ def _info(attempt: Path) -> dict[str, Any]:
     return {}
 
 
+def attempt_worst(attempt: Path, record: dict[str, Any]) -> float | None:
+    """The worst seed's final greedy return of a COMPLETED attempt (`None`
+    otherwise, or for a run that recorded no per-seed returns): what an IQM
+    hides, shown beside it so that a study can prefer the reliable trial."""
+    finals = _info(attempt).get("final_returns")
+    if record.get("status") != "COMPLETED" or not isinstance(finals, list) or not finals:
+        return None
+    return float(min(finals))
+
+
 def attempt_value(attempt: Path, record: dict[str, Any]) -> float | None:
     """The objective (`objective`) of an attempt whose `run.json` is `record`;
     `None` unless it COMPLETED."""

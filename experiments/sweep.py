@@ -20,7 +20,8 @@ final greedy return, which `experiments.run` records in the run's info
 (`final_returns`, one per seed, and `return_iqm`; the run's result stays the
 mean): its trials train 4 seeds unless `num_seeds` says more, and fewer are
 refused. At the end the trials' table is printed and written to `summary.md`
-and `summary.json`, and the best trial (its parameters and IQM), the number of
+and `summary.json` (each trial's IQM and, beside it, its worst seed), and the
+best trial (its parameters, IQM and worst seed), the number of
 trials completed and the sweep's command to `best.json`, for the record of a
 tuned config.
 
@@ -50,6 +51,7 @@ from experiments._trials import (
     _resume_search,
     _study,
     attempt_value,
+    attempt_worst,
     grid_points as grid_points,
     grid_worker as grid_worker,
     parse as parse,
@@ -155,6 +157,7 @@ def _summary(
                 **{k: flat.get(k) for k in keys},
                 "status": record.get("status"),
                 "iqm": attempt_value(path, record),
+                "worst": attempt_worst(path, record),
                 "result": record.get("result"),
                 "num_seeds": flat.get("num_seeds"),
                 "attempts": len(attempts),
@@ -163,7 +166,7 @@ def _summary(
         )
     done = [r for r in rows if isinstance(r["iqm"], int | float)]
     best = max(done, key=lambda r: r["iqm"]) if done else None
-    columns = ["trial", *keys, "status", "iqm", "result", "attempts", "run"]
+    columns = ["trial", *keys, "status", "iqm", "worst", "result", "attempts", "run"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
         cells = [
@@ -186,6 +189,7 @@ def _summary(
             "trials": len(done),
             "failed": sum(1 for r in rows if r["status"] == "FAILED"),
             "value": best["iqm"],
+            "worst": best["worst"],
             "trial": best["trial"],
             "params": {k: best[k] for k in keys},
             "num_seeds": best["num_seeds"],

@@ -142,6 +142,8 @@ def test_grid_of_four_trials_on_two_local_workers(workdir, capsys):
     study = json.loads((folder / "best.json").read_text())
     assert (study["trials"], study["trial"]) == (4, best["trial"])
     assert study["value"] == best["iqm"] == best["result"]  # one seed: the mean
+    assert study["worst"] == best["worst"] == best["result"]
+    assert "| worst |" in (folder / "summary.md").read_text()
     assert "4/4 trials completed" in out.out
     assert "best: trial" in out.out
     # Relaunching a finished sweep runs nothing again.
@@ -191,6 +193,9 @@ def test_optuna_study_of_six_trials_across_two_workers(workdir, capsys):
     assert best["value"] == study.best_value == max(t.value for t in trials)
     (chosen,) = [t for t in trials if t.user_attrs["slot"] == best["trial"]]
     assert chosen.value == best["value"]
+    chosen_dir = folder / "trials" / f"{best['trial']:04d}" / "1"
+    finals = json.loads((chosen_dir / "info.json").read_text())["final_returns"]
+    assert best["worst"] == min(finals)  # what the IQM hides, beside it
     assert best["params"] == {"seed": chosen.params["seed"]}
     assert f"seed={chosen.params['seed']}" in best["train_command"]
     assert "num_seeds=4" in best["train_command"]
