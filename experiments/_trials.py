@@ -238,7 +238,11 @@ def attempt_worst(attempt: Path, record: dict[str, Any]) -> float | None:
     otherwise, or for a run that recorded no per-seed returns): what an IQM
     hides, shown beside it so that a study can prefer the reliable trial."""
     finals = _info(attempt).get("final_returns")
-    if record.get("status") != "COMPLETED" or not isinstance(finals, list) or not finals:
+    if (
+        record.get("status") != "COMPLETED"
+        or not isinstance(finals, list)
+        or not finals
+    ):
         return None
     return float(min(finals))
 
