@@ -85,7 +85,7 @@ def pretrained(
 
     **Raises:** `ValueError` naming the available pairs for an unknown pair (and,
     for a pair that was trained but not shipped, why: its return fell short of the
-    target).
+    target, or its benchmark row failed the held-out check).
     """
     if agent is None and env is None:
         return available(folder)
