@@ -534,7 +534,12 @@ def render(tuned_pairs: list[tuple[str, str]]) -> None:
         if any(r.get("held_out", {}).get("passed") is False for r in results):
             table += (
                 "\n\n✗: fewer than 23 of 24 held-out seeds (all of 4 for "
-                "MinAtar) reach the target; not shipped as a pretrained agent."
+                "MinAtar) reach the target; "
+                + (
+                    "not shipped as a pretrained agent."
+                    if not variant
+                    else "what ships is decided by the main table's row."
+                )
             )
         text = _replace_between(text, variant, table)
         if not variant:
