@@ -2,6 +2,7 @@
 logger, the default observers (`runs/` files, `-m` MongoDB through ours), and
 where a run is recorded."""
 
+import inspect
 import logging
 import sys
 from pathlib import Path
@@ -56,15 +57,96 @@ def logger() -> logging.Logger:
 
 
 def experiment(name: str) -> Any:
-    """A Sacred `Experiment` with our logger, output filter and default
-    observers (`observe`)."""
+    """A Sacred `Experiment` with our logger, output filter, default observers
+    (`observe`) and complete records (`record_code`); its `mainfile` is the
+    module that calls this."""
     ex = Experiment(name, base_dir=str(ROOT))
+    caller = inspect.currentframe().f_back  # pyright: ignore[reportOptionalMemberAccess]
+    record_code(ex, Path(caller.f_globals["__file__"]))  # pyright: ignore[reportOptionalMemberAccess]
     ex.logger = logger()  # pyright: ignore[reportAttributeAccessIssue]
     # The progress bar redraws itself with carriage returns; keep only the final
     # state of each line in the recorded output.
     ex.captured_out_filter = apply_backspaces_and_linefeeds  # pyright: ignore[reportAttributeAccessIssue]
     observe(ex)
     return ex
+
+
+# The top-level folders of the repository whose code decides a run's numbers.
+PACKAGES = ("zoo", "envs", "runners", "experiments", "benchmarks")
+
+
+def record_code(ex: Any, main: Path) -> None:
+    """Make `ex`'s runs record their code and versions: every equizoo module
+    imported by the time the run starts and the tuned-config files read (Sacred
+    collects only the modules imported when the `Experiment` was built), `main`
+    as the `mainfile`, and the versions of the libraries that decide the numbers
+    (`_versions.LIBRARIES`, sacred, and jaxmarl on its envs). A config hook: it
+    runs before a run starts, for each run of the process."""
+    from experiments import _versions
+    from experiments._sacred import (
+        PackageDependency,
+        Source,
+        get_commit_if_possible,
+        get_digest,
+    )
+
+    main = main.resolve()
+
+    @ex.config_hook
+    def _record_code(config, command_name, logger):
+        # What training will import anyway; importing it now puts it in the record.
+        import envs  # noqa: F401
+        import runners  # noqa: F401
+        import zoo  # noqa: F401
+        from experiments import configs
+
+        files = {main, *configs.files_read()}
+        for module in list(sys.modules.values()):
+            path = getattr(module, "__file__", None)
+            if path is None:
+                continue
+            path = Path(path).resolve()
+            if path.parts[: len(ROOT.parts)] != ROOT.parts:
+                continue
+            if path.relative_to(ROOT).parts[0] in PACKAGES and path.suffix == ".py":
+                files.add(path)
+        # Git is asked once, and its answer kept on the main file only: Sacred's
+        # `Source.create` would ask once per file, and the record's
+        # `repositories` would list the same commit once per file.
+        repo, commit, dirty = get_commit_if_possible(str(main), ex.save_git_info)
+        ex.mainfile = Source(str(main), get_digest(str(main)), repo, commit, dirty)
+        ex.sources.clear()
+        ex.sources.add(ex.mainfile)
+        ex.sources.update(
+            Source(str(f), get_digest(str(f)), None, None, None) for f in files
+        )
+        names = [*_versions.LIBRARIES, "sacred"]
+        env = config.get("env")
+        if isinstance(env, str) and _uses_jaxmarl(env):
+            names.append("jaxmarl")
+        for name in names:
+            version = _versions.version_of(name)
+            if version != "absent":
+                ex.dependencies.discard(PackageDependency(name, None))
+                ex.add_package_dependency(name, version)
+        return {}
+
+
+def _uses_jaxmarl(env: str) -> bool:
+    """Whether `env` is one of JaxMARL's (imports JaxMARL only if it is not one
+    of ours or gymnax's)."""
+    import importlib.util
+
+    from envs._gymnax import gymnax_names
+    from envs._registry import MULTI_AGENT, NATIVE, PROBES
+
+    if env in NATIVE or env in PROBES or env in MULTI_AGENT or env in gymnax_names():
+        return False
+    if importlib.util.find_spec("jaxmarl") is None:
+        return False
+    from envs._multi import jaxmarl_names
+
+    return env in jaxmarl_names()
 
 
 def observe(ex: Any) -> None:
@@ -109,6 +191,27 @@ def observe(ex: Any) -> None:
             ex.observers.append(observer)
 
     ex.equizoo_default_observers = defaults
+
+
+# Content types of the artifacts we record: Sacred's MongoDB observer would
+# guess them from the file name and print a line for each (and for `.eqx`, that
+# it could not).
+CONTENT_TYPES = {
+    ".eqx": "application/octet-stream",
+    ".gif": "image/gif",
+    ".json": "application/json",
+    ".mp4": "video/mp4",
+    ".png": "image/png",
+    ".txt": "text/plain",
+    ".csv": "text/csv",
+}
+
+
+def add_artifact(run: Any, path: Path | str, name: str | None = None) -> None:
+    """`run.add_artifact` with the content type of `path`'s suffix."""
+    path = Path(path)
+    content_type = CONTENT_TYPES.get(path.suffix.lower(), "application/octet-stream")
+    run.add_artifact(str(path), name or path.name, content_type=content_type)
 
 
 def file_dir(run: Any) -> Path | None:

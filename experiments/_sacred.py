@@ -20,6 +20,12 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", "pkg_resources is deprecated", UserWarning)
     from sacred import Experiment as Experiment
     from sacred.arg_parser import get_config_updates as get_config_updates
+    from sacred.dependencies import (
+        PackageDependency as PackageDependency,
+        Source as Source,
+        get_commit_if_possible as get_commit_if_possible,
+        get_digest as get_digest,
+    )
     from sacred.observers import (
         FileStorageObserver as FileStorageObserver,
         MongoObserver as MongoObserver,

@@ -455,7 +455,7 @@ def _train_sweep(
                 series="member",
             )
             for name in ("members.md", "members.json", "learning_curve.png"):
-                run.add_artifact(str(out / name), name)
+                _experiment.add_artifact(run, out / name)
     print(lines, flush=True)
     print(
         f"best: member {best['member']}, mean {best['return_mean']:.1f}, worst seed "
@@ -507,10 +507,14 @@ def save_artifacts(
         )
         # The final checkpoint: its state.eqx, and its meta.json, which also
         # says how to rebuild the state's structure (see `load_state`).
-        run.add_artifact(str(checkpoint / runners.STATE_FILE), "final_state.eqx")
-        run.add_artifact(str(checkpoint / runners.META_FILE), "final_state.json")
+        _experiment.add_artifact(
+            run, checkpoint / runners.STATE_FILE, "final_state.eqx"
+        )
+        _experiment.add_artifact(
+            run, checkpoint / runners.META_FILE, "final_state.json"
+        )
         for name in ("eval_returns.json", "learning_curve.png"):
-            run.add_artifact(str(out / name), name)
+            _experiment.add_artifact(run, out / name)
 
 
 def film(run: Any, agent: Any, state: Any, env: Any, stem: str) -> None:
@@ -530,4 +534,4 @@ def film(run: Any, agent: Any, state: Any, env: Any, stem: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         stem = stem.replace("/", "_")
         for path in _video.write_video(episodes.frames[0], Path(tmp) / stem):
-            run.add_artifact(str(path), path.name)
+            _experiment.add_artifact(run, path)

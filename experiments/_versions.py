@@ -8,15 +8,19 @@ import platform
 LIBRARIES = ("jax", "jaxlib", "equinox", "optax", "gymnax", "numpy")
 
 
+def version_of(name: str) -> str:
+    """The installed version of the distribution `name` ("absent" if none)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "absent"
+
+
 @functools.cache
 def versions() -> dict[str, str]:
     """`{"python": ..., "<library>": ...}` ("absent" for one not installed)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     out = {"python": platform.python_version()}
-    for name in LIBRARIES:
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "absent"
+    out.update((name, version_of(name)) for name in LIBRARIES)
     return out

@@ -279,7 +279,7 @@ def _video(
     with tempfile.TemporaryDirectory() as tmp:
         paths = _video.write_video(frames, Path(tmp) / stem, config["fps"])
         for path in paths:
-            run.add_artifact(str(path), path.name)
+            _experiment.add_artifact(run, path)
     where = _experiment.file_dir(run)
     return [str(where / p.name) if where else p.name for p in paths]
 

@@ -65,11 +65,20 @@ def agents() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
 
+_READ: set[Path] = set()
+
+
+def files_read() -> list[Path]:
+    """The config files `blocks` has read in this process (a run records them)."""
+    return sorted(_READ)
+
+
 def blocks(agent: str) -> dict[str, dict[str, Any]]:
     """Every tuned block of `agent`, by env name (empty if it has no file)."""
     path = CONFIG_DIR / f"{agent}.yaml"
     if not path.exists():
         return {}
+    _READ.add(path.resolve())
     loaded = yaml.safe_load(path.read_text()) or {}
     if not isinstance(loaded, dict):
         raise ValueError(f"{path}: expected a mapping from env names to blocks")
