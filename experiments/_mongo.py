@@ -15,6 +15,8 @@ into another database) would then already have that folder: the run failed to
 start. Ours numbers it after both.
 """
 
+import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,16 @@ def _last_run_id(folder: Path) -> int:
     except OSError:  # not there yet
         return 0
     return max((int(n) for n in names if n.isdigit()), default=0)
+
+
+def put_source(fs: Any, path: str, data: bytes) -> Any:
+    """The GridFS id of a source file `path` with contents `data`, stored once
+    per content: a file already there with the same name and md5 is reused."""
+    md5 = hashlib.md5(data).hexdigest()
+    found = fs.find_one({"filename": path, "md5": md5})
+    if found is not None:
+        return found._id
+    return fs.put(data, filename=path, md5=md5, content_type="text/plain")
 
 
 class _Observer(MongoObserver):
@@ -59,6 +71,39 @@ class _Observer(MongoObserver):
             except pymongo.errors.DuplicateKeyError:
                 candidate += 1
 
+    def save_sources(self, ex_info):
+        # Sacred's looks a source up by name and md5 to store it once, but
+        # pymongo 4 no longer records an md5: every run stored every source.
+        base_dir = ex_info["base_dir"]
+        out = []
+        for name, _md5 in ex_info["sources"]:
+            path = os.path.join(base_dir, name)
+            with open(path, "rb") as f:
+                out.append([name, put_source(self.fs, path, f.read())])
+        return out
+
+    # The run is over after any of these: let go of the client (and its sockets).
+    def completed_event(self, *args, **kwargs):
+        try:
+            return super().completed_event(*args, **kwargs)
+        finally:
+            self._close()
+
+    def interrupted_event(self, *args, **kwargs):
+        try:
+            return super().interrupted_event(*args, **kwargs)
+        finally:
+            self._close()
+
+    def failed_event(self, *args, **kwargs):
+        try:
+            return super().failed_event(*args, **kwargs)
+        finally:
+            self._close()
+
+    def _close(self):
+        self.runs.database.client.close()
+
 
 def mongo_observer(spec: str) -> Any:
     """A `MongoObserver` for the `-m` argument `spec`, its server reachable.
@@ -84,6 +129,7 @@ def mongo_observer(spec: str) -> Any:
     kwargs = parse_mongo_db_arg(spec)
     where = kwargs.get("url") or "localhost:27017"
     ms = int(TIMEOUT_S * 1000)
+    observer = None
     try:
         observer = _Observer(
             **kwargs,
@@ -94,6 +140,8 @@ def mongo_observer(spec: str) -> Any:
         # What `-m` said, for the command that resumes the run.
         observer.equizoo_spec = spec  # pyright: ignore[reportAttributeAccessIssue]
     except pymongo.errors.PyMongoError as e:
+        if observer is not None:
+            observer._close()
         reason = str(e).split(", Timeout:")[0].split(" (configured timeouts")[0]
         raise ConfigError(
             f"-m {spec}: cannot reach MongoDB at {where} within {TIMEOUT_S:g} s "

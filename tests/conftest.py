@@ -42,3 +42,36 @@ def mongo_client(monkeypatch):
     client = mongomock.MongoClient()
     monkeypatch.setattr(pymongo, "MongoClient", lambda *a, **k: client)
     return client
+
+
+@pytest.fixture(scope="session")
+def mongo_server(tmp_path_factory):
+    """A real MongoDB-wire server (SecantusDB, the `board` extra) on a free
+    loopback port, for the whole test session."""
+    from experiments._mongo_server import LocalServer
+
+    server = LocalServer(tmp_path_factory.mktemp("mongo") / "data").start()
+    yield server
+    server.stop()
+
+
+_databases = iter(range(1, 1_000_000))
+
+
+@pytest.fixture(params=["mongomock", "server"])
+def mongo(request, monkeypatch):
+    """MongoDB for `-m`, twice: mongomock (as Sacred's own tests use it) and the
+    real server of `mongo_server`, a fresh database per test. `.spec` is the
+    `-m` argument, `.db` the pymongo database it names."""
+    from types import SimpleNamespace
+
+    if request.param == "mongomock":
+        client = request.getfixturevalue("mongo_client")
+        return SimpleNamespace(spec="localhost:27017:equizoo", db=client["equizoo"])
+    import pymongo
+
+    server = request.getfixturevalue("mongo_server")
+    name = f"test{next(_databases)}"
+    client = pymongo.MongoClient(server.address, serverSelectionTimeoutMS=5000)
+    request.addfinalizer(client.close)
+    return SimpleNamespace(spec=f"{server.address}:{name}", db=client[name])
