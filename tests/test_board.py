@@ -106,6 +106,11 @@ def test_import_adds_file_records_once(recorded, mongo_server):
         # Again: nothing new.
         assert board.import_records(folder / "runs", db) == ([], 3, [])
 
+        # PPO's record holds PPO's code and the versions of what computed it.
+        ppo = db.runs.find_one({"_id": runs[0]._id})["experiment"]
+        assert "zoo/_ppo.py" in dict(ppo["sources"]), ppo["sources"]
+        assert any(d.startswith("jax==") for d in ppo["dependencies"])
+
         doc = db.runs.find_one({"_id": 3})
         assert doc["status"] == "COMPLETED" and doc["config"]["seed"] == 1
         assert doc["result"] == pytest.approx(runs[2].result)
