@@ -28,6 +28,20 @@ def available() -> bool:
     return importlib.util.find_spec("secantus") is not None
 
 
+def stop_process(
+    process: subprocess.Popen[bytes] | None, timeout_s: float = 10.0
+) -> None:
+    """Stop a child process: SIGTERM, then SIGKILL after `timeout_s`."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 class LocalServer:
     """A SecantusDB server in a child process on `127.0.0.1:port` (0: a free
     port, known once started), keeping its data in `storage` (reopened intact
@@ -88,20 +102,10 @@ class LocalServer:
             f"(port {self.port or 'any'}): {last}"
         )
 
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop the server (SIGTERM, then SIGKILL after `timeout_s`)."""
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout_s)
 
     def kill(self) -> None:
         """Kill the server at once (SIGKILL), as a crash would."""

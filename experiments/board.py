@@ -32,6 +32,7 @@ from typing import Any
 from experiments import _mongo
 from experiments._config import ConfigError
 from experiments._experiment import CONTENT_TYPES, ROOT
+from experiments._mongo_server import stop_process as stop
 
 LOOPBACK_JS = Path(__file__).parent / "omniboard" / "loopback.js"
 NODE_INSTALL = "apt-get install nodejs npm (or https://nodejs.org)"
@@ -238,17 +239,6 @@ def start_omniboard(
     stop(process)
     last = lines[-1] if lines else "no output"
     raise ConfigError(f"Omniboard did not start on port {port}: {last} (log: {log})")
-
-
-def stop(process: subprocess.Popen[bytes] | None, timeout_s: float = 10.0) -> None:
-    if process is None or process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 # -- the command ------------------------------------------------------------------
