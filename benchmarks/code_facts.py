@@ -1,0 +1,205 @@
+"""Facts about the code's shape, measured from the source (issue 29 quotes them
+before and after the experiments redesign):
+
+    python benchmarks/code_facts.py            # a table
+    python benchmarks/code_facts.py --json     # the same, as JSON
+
+- lines in each package and `experiments/`'s share;
+- import circles between the modules of one package (every import counts, also
+  those inside functions: a circle is what stops a module being read alone);
+- the longest functions in `experiments/` and `runners/` (docstrings included)
+  and how many are over 60 lines;
+- imports of another package's private module (`from runners._evaluate import`),
+  outside `tests/`;
+- where a config key is written: every place a probe key appears as a name, an
+  argument, a keyword or a string in `experiments/`, `runners/` and `benchmarks/`.
+"""
+
+import argparse
+import ast
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("envs", "zoo", "runners", "experiments")
+LONG = 60  # lines; the redesign's limit for one function
+PROBE_KEYS = ("keep_checkpoints", "eval_at_start")
+
+
+def _files(where: str) -> list[Path]:
+    return sorted((ROOT / where).rglob("*.py"))
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> list[str]:
+    """Every module `path` imports, absolute, also inside functions."""
+    tree, out = ast.parse(path.read_text()), []
+    package = _module(path) if path.name == "__init__.py" else _module(path.parent)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, *([base] if base else [])])
+            out += [base] + [f"{base}.{a.name}" for a in node.names]
+    return out
+
+
+def lines() -> dict[str, int]:
+    return {
+        p: sum(len(f.read_text().splitlines()) for f in _files(p)) for p in PACKAGES
+    }
+
+
+def circles() -> list[list[str]]:
+    """Strongly connected groups (2 or more) of sibling modules: in package P,
+    child `a` depends on child `b` when any module under `a` imports one under
+    `b`."""
+    modules = {_module(f): f for p in PACKAGES for f in _files(p)}
+    found = []
+    for package in sorted({m.rpartition(".")[0] or m for m in modules} | set(PACKAGES)):
+        depth = package.count(".") + 1
+        children = {
+            ".".join(m.split(".")[: depth + 1])
+            for m in modules
+            if m.startswith(package + ".")
+        }
+        edges = {c: set() for c in children}
+        for name, file in modules.items():
+            child = ".".join(name.split(".")[: depth + 1])
+            if child not in edges:
+                continue
+            for target in _imports(file):
+                other = ".".join(target.split(".")[: depth + 1])
+                if other in children and other != child:
+                    edges[child].add(other)
+        found += [sorted(c) for c in _components(edges) if len(c) > 1]
+    return found
+
+
+def _components(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            out.append(group)
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def functions(where: tuple[str, ...] = ("experiments", "runners")) -> list[tuple]:
+    """`(lines, "file:line name")` of every function, longest first."""
+    out = []
+    for p in where:
+        for f in _files(p):
+            for node in ast.walk(ast.parse(f.read_text())):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    n = (node.end_lineno or node.lineno) - node.lineno + 1
+                    where_ = f"{f.relative_to(ROOT)}:{node.lineno} {node.name}"
+                    out.append((n, where_))
+    return sorted(out, reverse=True)
+
+
+def private_imports() -> list[str]:
+    """`importer -> imported` for imports of another package's private module."""
+    out = []
+    for p in (*PACKAGES, "benchmarks"):
+        for f in _files(p):
+            mine = _module(f).split(".")[0]
+            for target in sorted(set(_imports(f))):
+                parts = target.split(".")
+                private = len(parts) > 1 and parts[1].startswith("_")
+                if parts[0] in PACKAGES and parts[0] != mine and private:
+                    out.append(f"{f.relative_to(ROOT)} -> {'.'.join(parts[:2])}")
+    return sorted(set(out))
+
+
+def key_places(key: str) -> list[str]:
+    out = []
+    for p in ("experiments", "runners", "benchmarks"):
+        for f in _files(p):
+            if f == Path(__file__).resolve():
+                continue  # this file names the probe keys
+            for node in ast.walk(ast.parse(f.read_text())):
+                hit = (
+                    (isinstance(node, ast.Name) and node.id == key)
+                    or (isinstance(node, ast.arg) and node.arg == key)
+                    or (isinstance(node, ast.keyword) and node.arg == key)
+                    or (isinstance(node, ast.Constant) and node.value == key)
+                    or (isinstance(node, ast.Attribute) and node.attr == key)
+                )
+                if hit:
+                    out.append(f"{f.relative_to(ROOT)}:{node.lineno}")  # pyright: ignore[reportAttributeAccessIssue]
+    return sorted(set(out))
+
+
+def facts() -> dict:
+    count = lines()
+    longest = functions()
+    return {
+        "lines": count,
+        "experiments_share": round(count["experiments"] / sum(count.values()), 3),
+        "circles": circles(),
+        "longest_functions": [f"{n} {w}" for n, w in longest[:8]],
+        "functions_over_60": sum(1 for n, _ in longest if n > LONG),
+        "private_imports": private_imports(),
+        "key_places": {k: key_places(k) for k in PROBE_KEYS},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    f = facts()
+    if args.json:
+        print(json.dumps(f, indent=2))
+        return
+    print("lines:", f["lines"], f"(experiments {f['experiments_share']:.0%})")
+    print(f"import circles: {len(f['circles'])}")
+    for c in f["circles"]:
+        print("  ", " <-> ".join(c))
+    print(
+        f"functions over {LONG} lines in experiments/ and runners/:",
+        f["functions_over_60"],
+    )
+    for row in f["longest_functions"]:
+        print("  ", row)
+    print(f"cross-package private imports (outside tests): {len(f['private_imports'])}")
+    for row in f["private_imports"]:
+        print("  ", row)
+    for key, places in f["key_places"].items():
+        files = sorted({p.split(":")[0] for p in places})
+        print(f"config key {key!r}: {len(places)} places in {len(files)} files")
+        for name in files:
+            print("  ", name, sum(1 for p in places if p.startswith(name + ":")))
+
+
+if __name__ == "__main__":
+    main()
