@@ -16,14 +16,10 @@ from typing import Any
 import numpy as np
 
 from experiments import _stats
+from experiments._errors import PlotError
 
 DEFAULT_OUT = Path("plots") / "compare"
 _MEMBER_COLUMNS = {"member", "return_mean", "return_worst", "return_std"}
-
-
-class PlotError(ValueError):
-    """A run folder or option that cannot be plotted; the CLI prints its one-line
-    message and exits with status 2."""
 
 
 @dataclass

@@ -4,24 +4,13 @@ import difflib
 from typing import Any
 
 from . import configs
-from ._sacred import SacredError
+from ._errors import ConfigError as ConfigError
 
 FALLBACK_RUN = configs.FALLBACK_RUN
 NUM_EVALS = configs.NUM_EVALS
 # Env steps (per seed) between checkpoints, and how many to keep.
 CHECKPOINT_EVERY = 100_000
 KEEP_CHECKPOINTS = 2
-
-
-class ConfigError(SacredError):
-    """An invalid experiment config; Sacred prints it as one line, no traceback."""
-
-    def __init__(self, message: str):
-        super().__init__(message, print_traceback=False)
-
-
-# Shown as `experiments.run.ConfigError`, where users import it from.
-ConfigError.__module__ = "experiments.run"
 
 
 def run_default(agent: Any, env: Any, key: str) -> Any:
@@ -345,22 +334,13 @@ def validate(config: dict[str, Any]) -> list[str]:
     return []
 
 
-def sweep_programs(config: dict[str, Any], agent: Any) -> tuple[list, list]:
-    """`(members, programs)` of the config's sweep (see experiments/_sweep.py)."""
-    from experiments import _sweep
-
-    members = _sweep.members(
-        agent, config["sweep"], config["sweep_samples"], config["seed"]
-    )
-    return members, _sweep.programs(agent, members)
-
-
 def _check_sweep(config: dict[str, Any], agent: Any, env: Any) -> None:
     """Every program of the sweep builds an agent that can train on `env`."""
     import runners
     import zoo
+    from experiments import _sweep
 
-    _, programs = sweep_programs(config, agent)
+    _, programs = _sweep.of_config(config, agent)
     for program in programs:
         try:
             member_agent = zoo.make(

@@ -12,22 +12,11 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from ._sacred import SacredError
+from ._errors import DistributedError
 
 KEYS = ("coordinator", "num_processes", "process_id")
 # Seconds a process waits for the others to join, as JAX's default.
 JOIN_TIMEOUT_S = 300
-
-
-class DistributedError(SacredError):
-    """A bad `distributed` config, or processes that cannot be joined; Sacred
-    prints it as one line."""
-
-    def __init__(self, message: str):
-        super().__init__(message, print_traceback=False)
-
-
-DistributedError.__module__ = "experiments.run"
 
 
 @dataclasses.dataclass(frozen=True)

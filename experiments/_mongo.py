@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._config import ConfigError
+from ._errors import ConfigError
 from ._sacred import MongoObserver
 
 TIMEOUT_S = 3.0

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from ._config import ConfigError
+from ._errors import ConfigError
 
 _LISTENING = re.compile(r"listening on (\S+):(\d+)")
 _MAIN = "import sys; from secantus.cli import main; sys.exit(main())"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import _distributed, _experiment
-from experiments._config import KEYS, ConfigError, sweep_programs
+from experiments._errors import ConfigError
 from experiments._interrupt import Interrupted
 from experiments._sacred import MongoObserver
 
@@ -104,7 +104,7 @@ def check(config: dict[str, Any]) -> None:
                 f"{original.get(key)!r}, not {config[key]!r}"
             )
     changed = []
-    for key in KEYS:
+    for key in config:  # every key: validate refused unknown ones before
         if key in RESUME_MAY_CHANGE or key not in original:
             continue
         if key == "hp" and isinstance(config["hp"], dict):
@@ -203,7 +203,9 @@ def num_runs(config: dict[str, Any], agent: Any) -> int:
     """Runs of a (one-program) sweep's state: members x seeds; else seeds."""
     if not (config.get("sweep") or config.get("sweep_samples")):
         return config["num_seeds"]
-    members, _ = sweep_programs(config, agent)
+    from experiments import _sweep
+
+    members, _ = _sweep.of_config(config, agent)
     return len(members) * config["num_seeds"]
 
 

@@ -71,4 +71,16 @@ def _serialise_captured_output() -> None:
     proxy.flush = locked(proxy.flush)  # type: ignore[method-assign]
 
 
+def _print_ours_in_one_line() -> None:
+    """Sacred's command line prints a `SacredError` in one line and any other
+    error with its traceback; it reads the name `SacredError` of its module when
+    it does, so give it ours too (see `experiments._errors`)."""
+    import sacred.experiment
+
+    from experiments._errors import EquizooError
+
+    sacred.experiment.SacredError = (SacredError, EquizooError)  # type: ignore[assignment]
+
+
 _serialise_captured_output()
+_print_ours_in_one_line()

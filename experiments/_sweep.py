@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments._config import ConfigError
+from experiments._errors import ConfigError
 
 _DISTRIBUTION = re.compile(
     r"^\s*(loguniform|uniform)\s*\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)\s*$"
@@ -33,6 +33,12 @@ class Program:
     static: dict[str, Any]
     floats: dict[str, list[float]]
     members: list[int]
+
+
+def of_config(config: dict[str, Any], agent: Any) -> tuple[list, list]:
+    """`(members, programs)` of a run config's sweep."""
+    found = members(agent, config["sweep"], config["sweep_samples"], config["seed"])
+    return found, programs(agent, found)
 
 
 def _distribution(name: str, spec: str) -> tuple[str, float, float]:

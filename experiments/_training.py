@@ -21,19 +21,7 @@ from experiments import (
     _resume,
     _stats,
 )
-from experiments._config import ConfigError
-from experiments._sacred import SacredError
-
-
-class TrainingError(SacredError):
-    """Training failed (e.g. a non-finite loss); Sacred prints one line and marks
-    the run FAILED."""
-
-    def __init__(self, message: str):
-        super().__init__(message, print_traceback=False)
-
-
-TrainingError.__module__ = "experiments.run"
+from experiments._errors import ConfigError, TrainingError
 
 
 def train(
@@ -255,8 +243,9 @@ def _train_sweep(
     config = dict(run.config)
     config["progress"] = config["progress"] and _distributed.is_main()
     agent, env, num_seeds = config["agent"], config["env"], config["num_seeds"]
-    sweep_members, programs = _config.sweep_programs(config, agent_module)
     from experiments import _sweep
+
+    sweep_members, programs = _sweep.of_config(config, agent_module)
 
     print(_sweep.describe(sweep_members, programs), file=sys.stderr, flush=True)
     run.info["sweep_programs"] = len(programs)

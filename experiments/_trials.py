@@ -15,7 +15,7 @@ from typing import Any
 
 # Workers import `experiments.run` inside each trial (after setting XLA's flags).
 from experiments import _jax_setup, _stats
-from experiments._config import ConfigError
+from experiments._errors import ConfigError
 from experiments._sacred import get_config_updates
 
 _DISTRIBUTION = re.compile(
@@ -317,6 +317,7 @@ def grid_worker(
     """Run grid trials one after another; a trial that fails is recorded as
     FAILED and the next one runs. **Returns:** trials completed."""
     _jax_setup.set_xla_flags()
+    from experiments._errors import EquizooError
     from experiments._sacred import SacredError
 
     done = 0
@@ -324,7 +325,7 @@ def grid_worker(
         try:
             run_trial(folder, slot, updates, mongo)
             done += 1
-        except SacredError as e:  # recorded as FAILED by Sacred
+        except (SacredError, EquizooError) as e:  # recorded as FAILED by Sacred
             print(f"trial {slot} failed: {e}", file=sys.stderr, flush=True)
     return done
 
@@ -343,6 +344,7 @@ def search_worker(
     _jax_setup.set_xla_flags()
     import optuna
 
+    from experiments._errors import EquizooError
     from experiments._sacred import SacredError
 
     study = _study(folder, seed)
@@ -364,7 +366,7 @@ def search_worker(
         return run_trial(folder, slot, trial_updates(fixed, params), mongo)
 
     before = len(_finished(study))
-    study.optimize(objective, n_trials=n_trials, catch=(SacredError,))
+    study.optimize(objective, n_trials=n_trials, catch=(SacredError, EquizooError))
     return len(_finished(study)) - before
 
 

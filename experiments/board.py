@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import _mongo
-from experiments._config import ConfigError
+from experiments._errors import ConfigError
 from experiments._experiment import CONTENT_TYPES, ROOT
 from experiments._mongo_server import stop_process as stop
 

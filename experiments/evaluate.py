@@ -30,17 +30,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from experiments import _experiment, _load  # noqa: E402
-from experiments._sacred import SacredError  # noqa: E402
-
-
-class EvaluateError(SacredError):
-    """Bad input to `experiments.evaluate`: one line, no traceback."""
-
-    def __init__(self, message: str):
-        super().__init__(message, print_traceback=False)
-
-
-EvaluateError.__module__ = "experiments.evaluate"
+from experiments._errors import EvaluateError as EvaluateError  # noqa: E402
 
 ex = _experiment.experiment("equizoo-evaluate")
 

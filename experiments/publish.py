@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments._errors import PublishError
 from experiments._versions import versions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,10 +58,6 @@ TARGETS: dict[str, tuple[float, str]] = {
     "Freeway-MinAtar": (50.0, "MinAtar paper's DQN, 5M steps"),
     "SpaceInvaders-MinAtar": (43.0, "MinAtar paper's DQN, 5M steps"),
 }
-
-
-class PublishError(Exception):
-    """Bad arguments, said in one line before anything trains."""
 
 
 def seeds_for(env: str) -> int:

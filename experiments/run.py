@@ -38,14 +38,14 @@ from experiments import (  # noqa: E402
     _training,
     configs,
 )
-from experiments._config import ConfigError as ConfigError  # noqa: E402
-from experiments._distributed import (  # noqa: E402
+from experiments._errors import (  # noqa: E402
+    ConfigError as ConfigError,
     DistributedError as DistributedError,
+    TrainingError as TrainingError,
 )
 from experiments._interrupt import Interrupted as Interrupted  # noqa: E402
 from experiments._load import load_state as load_state  # noqa: E402
 from experiments._resume import resume_command as resume_command  # noqa: E402
-from experiments._training import TrainingError as TrainingError  # noqa: E402
 
 ex = _experiment.experiment("equizoo")
 

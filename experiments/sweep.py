@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments._config import ConfigError
+from experiments._errors import ConfigError
 from experiments._trials import (
     MIN_SEEDS as MIN_SEEDS,
     SPEC_FILE as SPEC_FILE,

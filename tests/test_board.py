@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from experiments import board
-from experiments._config import ConfigError
+from experiments._errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = ROOT / "docs" / "figures"

@@ -19,7 +19,7 @@ import pytest
 
 import runners
 from experiments import _stats, _trials, sweep
-from experiments._config import ConfigError
+from experiments._errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["agent=ppo", "total_steps=2048", "num_envs=4", "eval_episodes=4"]

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from experiments import _mongo
-from experiments._config import ConfigError
+from experiments._errors import ConfigError
 from experiments._mongo_server import LocalServer
 
 TINY = ["agent=dqn", "total_steps=2000", "eval_episodes=4", "compilation_cache=False"]
