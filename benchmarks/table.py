@@ -27,11 +27,15 @@ a second time without them (`VARIANTS`), for a second table to compare with
 gymnax's figures: `benchmarks/results/<agent>__<env>__nosticky.json`.
 
 One JSON file per pair goes to `benchmarks/results/<agent>__<env>.json`, with a
-`fingerprint` of everything that decides its figures: the tuned block, the number
-of seeds, the evaluation, the source of `zoo/`, `envs/` and `runners/` (as syntax
-trees: comments, docstrings and formatting do not count), the XLA flags and the
-versions of the libraries. A pair whose file carries the current
-fingerprint is skipped (`--force` runs it anyway). Then the table in
+`fingerprint` of the settings that decide its figures (the tuned block, the
+number of seeds, the evaluation, the XLA flags, the versions of the libraries)
+and what computed them: a hash of each program it ran (`runners.lower`: the
+initialisation, the chunk and the evaluations, lowered, not compiled) and of the
+source of `zoo/`, `envs/` and `runners/` (as syntax trees: comments, docstrings
+and formatting do not count). A pair is current while its fingerprint is today's
+and its code is too, or, when the code changed, today's code lowers to the same
+programs (a refactoring leaves results current); a current pair is skipped
+(`--force` runs it anyway). Then the table in
 docs/benchmarks.md (between its `table` markers) and one figure per env in
 docs/figures/ are regenerated from the files of the pairs tuned today.
 
@@ -52,6 +56,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -209,7 +214,6 @@ def fingerprint(block: dict, seeds: int, held_out: int | None = None) -> str:
         "seeds": seeds,
         **({} if held_out is None else {"held_out": [HELD_OUT_KEY, held_out]}),
         "eval": [EVAL_EPISODES, CURVE_POINTS],
-        "code": code_hash(),
         "xla": _jax_setup.XLA_DEFAULTS,
         "versions": versions(),
     }
@@ -265,20 +269,19 @@ def commit() -> str:
 # --- one pair, in a child process --------------------------------------------
 
 
-def child(
+def run_args(
     agent_name: str,
     env_name: str,
     seeds: int,
-    t_launch: float,
     *,
     variant: str = "",
     held_out: bool = False,
-) -> dict:
-    """Train and evaluate one row: the table's seeds with a learning curve, or
-    (`held_out`) the held-out seeds, evaluated once at the end."""
+) -> tuple[Any, Any, dict[str, Any], dict]:
+    """`(agent, env, runners.run's keyword arguments, block)` of one row: the
+    table's seeds with a learning curve, or (`held_out`) the held-out seeds,
+    evaluated once at the end."""
     import jax.random as jr
 
-    import runners
     from experiments import _config
     from experiments.configs import tuned
 
@@ -289,16 +292,53 @@ def child(
     # On a multi-agent env: one agent shared by all (experiments.run's default).
     agent = _config.make_agent(agent_name, block.get("hp", {}), env)
     total = block["total_steps"]
-    result = runners.run(
-        agent,
-        env,
-        key=jr.PRNGKey(HELD_OUT_KEY if held_out else TABLE_KEY),
-        total_steps=total,
-        num_envs=block["num_envs"],
-        num_seeds=seeds,
-        eval_every=None if held_out else max(total // CURVE_POINTS, 1),
-        eval_episodes=EVAL_EPISODES,
+    kwargs = {
+        "key": jr.PRNGKey(HELD_OUT_KEY if held_out else TABLE_KEY),
+        "total_steps": total,
+        "num_envs": block["num_envs"],
+        "num_seeds": seeds,
+        "eval_every": None if held_out else max(total // CURVE_POINTS, 1),
+        "eval_episodes": EVAL_EPISODES,
+    }
+    return agent, env, kwargs, block
+
+
+@functools.cache
+def programs(
+    agent_name: str, env_name: str, seeds: int, variant: str, held_out: bool
+) -> list[str]:
+    """A hash of each program a row trains and evaluates with (`runners.lower`:
+    lowered, not compiled): a result stays current while they stay the same, so
+    a change to the code that computes the same programs leaves it current."""
+    import runners
+
+    agent, env, kwargs, _ = run_args(
+        agent_name, env_name, seeds, variant=variant, held_out=held_out
     )
+    return [
+        hashlib.sha256(
+            (text + json.dumps(sorted(options.items()))).encode()
+        ).hexdigest()[:16]
+        for text, options in runners.lower(agent, env, **kwargs)
+    ]
+
+
+def child(
+    agent_name: str,
+    env_name: str,
+    seeds: int,
+    t_launch: float,
+    *,
+    variant: str = "",
+    held_out: bool = False,
+) -> dict:
+    """Train and evaluate one row (see `run_args`)."""
+    import runners
+
+    agent, env, kwargs, block = run_args(
+        agent_name, env_name, seeds, variant=variant, held_out=held_out
+    )
+    result = runners.run(agent, env, **kwargs)
     total_s = time.time() - t_launch
     returns = result.final_returns.mean(axis=1)
     curve = [
@@ -464,19 +504,33 @@ def render_figures(results: list[dict]) -> list[Path]:
     return written
 
 
+def same_programs(r: dict, row: tuple[str, str, str], seeds: int, held_out: bool):
+    """Whether result `r` was measured by today's code, or by code that lowers
+    to the same programs (checked only when the code changed: seconds a row)."""
+    if r.get("code") == code_hash():
+        return True
+    agent, env, variant = row
+    return r.get("programs") == programs(agent, env, seeds, variant, held_out)
+
+
 def is_current(r: dict) -> bool:
-    """Whether a result (and its held-out run) matches today's block and code."""
+    """Whether a result (and its held-out run) matches today's block and
+    programs."""
     from experiments.configs import tuned
 
     block = tuned(r["agent"], r["env"])
     if block is None:
         return False
-    block = variant_block(block, r.get("variant", ""))
+    row = (r["agent"], r["env"], r.get("variant", ""))
+    block = variant_block(block, row[2])
     if r.get("fingerprint") != fingerprint(block, r["num_seeds"]):
         return False
+    if not same_programs(r, row, r["num_seeds"], held_out=False):
+        return False
     h = r.get("held_out")
-    return h is None or h.get("fingerprint") == fingerprint(
-        block, r["num_seeds"], h["seeds"]
+    return h is None or (
+        h.get("fingerprint") == fingerprint(block, r["num_seeds"], h["seeds"])
+        and same_programs(h, row, h["seeds"], held_out=True)
     )
 
 
@@ -518,8 +572,10 @@ def render(tuned_pairs: list[tuple[str, str]]) -> None:
             table += "\n\nNot yet measured: " + ", ".join(missing) + "."
         if any(r["stale"] for r in results):
             table += (
-                "\n\n(stale): measured on an earlier config or code; "
-                "`python benchmarks/table.py` measures it again."
+                "\n\n(stale): measured on an earlier config, or by code that "
+                "lowers to other programs (`runners.lower`; a change that computes "
+                "the same programs keeps a result current); `python "
+                "benchmarks/table.py` measures it again."
             )
         protocol = lambda r: (r.get("config") or {}).get("env_params") or {}
         if any(
@@ -564,15 +620,26 @@ def measure(agent: str, env: str, variant: str, seeds: int, args) -> None:
     path = result_path(agent, env, variant)
     name = f"{agent}:{env}" + (f" ({variant})" if variant else "")
     where = f"{name}, {seeds} seeds"
-    mark = fingerprint(block, seeds)
+    mark, row = fingerprint(block, seeds), (agent, env, variant)
     old = json.loads(path.read_text()) if path.exists() else None
-    if old is not None and old.get("fingerprint") == mark and not args.force:
+    if (
+        old is not None
+        and old.get("fingerprint") == mark
+        and same_programs(old, row, seeds, held_out=False)
+        and not args.force
+    ):
         out = old
         print(f"{where}: current, skipped", flush=True)
     else:
         print(f"{where}: training {block['total_steps']:,} steps ...", flush=True)
         out = run_pair(agent, env, seeds, variant)
-        out.update(fingerprint=mark, commit=commit(), versions=versions())
+        out.update(
+            fingerprint=mark,
+            code=code_hash(),
+            programs=programs(agent, env, seeds, variant, False),
+            commit=commit(),
+            versions=versions(),
+        )
         out["machine"] = machine()
         out["date"] = time.strftime("%Y-%m-%d")
         path.write_text(json.dumps(out, indent=1) + "\n")
@@ -593,13 +660,18 @@ def measure(agent: str, env: str, variant: str, seeds: int, args) -> None:
     n = held_out_seeds(env)
     h_mark = fingerprint(block, seeds, n)
     h = out.get("held_out")
-    if h is not None and h.get("fingerprint") == h_mark and not args.force:
+    if (
+        h is not None
+        and h.get("fingerprint") == h_mark
+        and same_programs(h, row, n, held_out=True)
+        and not args.force
+    ):
         print(f"{name}, {n} held-out seeds: current, skipped", flush=True)
         return
     print(f"{name}, {n} held-out seeds: training ...", flush=True)
     h = run_pair(agent, env, n, variant, held_out=True)
     h.update(held_out_summary(h["returns"], target["seed"]))
-    h["fingerprint"] = h_mark
+    h.update(fingerprint=h_mark, code=code_hash(), programs=programs(*row, n, True))
     out["held_out"] = h
     path.write_text(json.dumps(out, indent=1) + "\n")
     at = f"{h['at_target']}/{n} at >= {h['target']:g}, " if "target" in h else ""

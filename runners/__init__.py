@@ -19,6 +19,7 @@ from ._run import (
     PeerLostError as PeerLostError,
     Report as Report,
     RunResult as RunResult,
+    lower as lower,
     plan as plan,
     run as run,
 )

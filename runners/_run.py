@@ -1,7 +1,9 @@
 """The host loop: compiled chunks of iterations, evaluation and callbacks between."""
 
+import contextvars
 import dataclasses
 import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -194,6 +196,85 @@ def _cache_key(
     return key
 
 
+class _LoweredOnly(Exception):
+    """What a program's compilation gives under `lower`: nothing, so that `run`
+    stops once every program is lowered."""
+
+
+# Under `lower`: the programs lowered so far, `(StableHLO text, XLA options)`.
+_LOWERING: contextvars.ContextVar[list[tuple[str, dict[str, Any]]] | None] = (
+    contextvars.ContextVar("lowering", default=None)
+)
+
+
+def lower(agent: Agent, env: Env, **run_kwargs: Any) -> list[tuple[str, dict]]:
+    """The programs `run(agent, env, **run_kwargs)` would compile (initialisation
+    unless `state` is given, the chunk, one evaluation per episode count), each
+    as `(StableHLO text, XLA compile options)`: lowered, neither compiled nor
+    run. Together with the machine, JAX's versions and XLA's flags they decide
+    a run's numbers, so they tell whether a change to the code changes results
+    (`benchmarks/table.py` keeps a result current while they stay the same).
+    """
+    token = _LOWERING.set([])
+    try:
+        run(agent, env, **run_kwargs)
+    except _LoweredOnly:
+        pass
+    finally:
+        programs = _LOWERING.get() or []
+        _LOWERING.reset(token)
+    return programs
+
+
+_FUNC = re.compile(r"^  func\.func (?:public |private )?@([\w.$-]+)\(", re.M)
+_SYMBOL = re.compile(r"@([\w.$-]+)")
+
+
+def canonical(text: str) -> str:
+    """A lowered module's StableHLO text in a form that depends only on what it
+    computes: functions that differ only in name are merged, and the rest are
+    named `f1, f2, ...` in the order `main` reaches them. How JAX splits a
+    program into functions, and what it names them, depends on what the process
+    traced before."""
+    starts = [(m.start(), m.group(1)) for m in _FUNC.finditer(text)]
+    if not starts:
+        return text
+    end = text.rindex("\n}") + 1  # the module's closing brace
+    bodies = {}
+    for i, (pos, name) in enumerate(starts):
+        bodies[name] = text[pos : starts[i + 1][0] if i + 1 < len(starts) else end]
+    while True:
+        seen: dict[str, str] = {}
+        same = {
+            name: seen.setdefault(body.replace(f"@{name}(", "@(", 1), name)
+            for name, body in bodies.items()
+        }
+        if all(same[name] == name for name in bodies):
+            break
+        bodies = {
+            name: _SYMBOL.sub(lambda m: "@" + same.get(m[1], m[1]), body)
+            for name, body in bodies.items()
+            if same[name] == name
+        }
+    names: dict[str, str] = {}
+    order: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in names or name not in bodies:
+            return
+        names[name] = "main" if name == "main" else f"f{len(names)}"
+        order.append(name)
+        for callee in _SYMBOL.findall(bodies[name].split("(", 1)[1]):
+            visit(callee)
+
+    visit("main")
+    body = "".join(
+        _SYMBOL.sub(lambda m: "@" + names.get(m[1], m[1]), bodies[name])
+        for name in order
+    )
+    return text[: starts[0][0]] + body + text[end:]
+
+
 class _Compiler:
     """Compiles programs while the next ones are traced.
 
@@ -220,7 +301,8 @@ class _Compiler:
         """`(future of the compiled program, its output shapes)`. `sharding`: of
         every input and output (all have the run axis first); `check(out_shapes)`
         may raise before anything compiles."""
-        key = _cache_key(fn, shapes, options, sharding)
+        lowering = _LOWERING.get()
+        key = _cache_key(fn, shapes, options, sharding) if lowering is None else None
         if key is not None and key in _COMPILED:
             if check is not None:
                 check(_COMPILED[key].out_info)
@@ -235,6 +317,12 @@ class _Compiler:
         lowered = jitted.lower(*shapes)
         if check is not None:
             check(lowered.out_info)
+        if lowering is not None:
+            lowering.append((canonical(lowered.as_text()), dict(options or {})))
+            future: Future = Future()
+            future.set_exception(_LoweredOnly())
+            self._pending.append((None, future))
+            return future, lowered.out_info
         future = self._pool.submit(lowered.compile, options or None)
         self._pending.append((key, future))
         return future, lowered.out_info

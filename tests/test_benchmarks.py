@@ -107,11 +107,13 @@ def test_render_writes_the_table_between_markers_and_one_figure_per_env(
         if agent == "ppo":  # current; dqn's has no fingerprint, so is stale
             block = tuned(agent, "CartPole-v1")
             result["fingerprint"] = table.fingerprint(block, len(returns))
+            result["code"] = table.code_hash()
             held = [500.0] * 22 + [470.0, 300.0]
             result["held_out"] = {
                 "returns": held,
                 **table.held_out_summary(held, 475.0),
                 "fingerprint": table.fingerprint(block, len(returns), 24),
+                "code": table.code_hash(),
             }
         path = table.result_path(agent, "CartPole-v1")
         path.write_text(json.dumps(result))
@@ -139,14 +141,45 @@ def test_render_writes_the_table_between_markers_and_one_figure_per_env(
     assert not (tmp_path / "figures" / "Acrobot-v1.png").exists()
 
 
-def test_fingerprint_follows_config_seeds_and_code(monkeypatch):
+def test_fingerprint_follows_config_and_seeds():
     block = {"total_steps": 1000, "num_envs": 4, "hp": {"learning_rate": 1e-3}}
     mark = table.fingerprint(block, 8)
     assert table.fingerprint(dict(block), 8) == mark
     assert table.fingerprint({**block, "num_envs": 8}, 8) != mark
     assert table.fingerprint(block, 4) != mark
-    monkeypatch.setattr(table, "code_hash", lambda: "changed")
-    assert table.fingerprint(block, 8) != mark
+
+
+def test_a_result_stays_current_while_the_code_computes_the_same_programs(
+    monkeypatch,
+):
+    from experiments.configs import tuned
+
+    block = tuned("ppo", "CartPole-v1")
+    result = {
+        "agent": "ppo",
+        "env": "CartPole-v1",
+        "num_seeds": 8,
+        "fingerprint": table.fingerprint(block, 8),
+        "code": "then",
+        "programs": ["init", "chunk", "eval"],
+    }
+    lowered = []
+
+    def programs(*row):
+        lowered.append(row)
+        return now
+
+    monkeypatch.setattr(table, "programs", programs)
+    monkeypatch.setattr(table, "code_hash", lambda: "then")
+    now = ["other"]
+    assert table.is_current(result) and not lowered  # same code: nothing lowered
+    monkeypatch.setattr(table, "code_hash", lambda: "now")
+    now = ["init", "chunk", "eval"]
+    assert table.is_current(result)
+    assert lowered == [("ppo", "CartPole-v1", 8, "", False)]
+    now = ["init", "another chunk", "eval"]
+    assert not table.is_current(result)
+    assert not table.is_current({**result, "fingerprint": "x", "code": "now"})
 
 
 def test_unknown_pair_is_refused_before_anything_runs(capsys):

@@ -361,3 +361,47 @@ def test_eval_at_start_reports_the_untrained_agent_first(ppo_run):
         jax.tree.leaves(result.state), jax.tree.leaves(plain.state), strict=True
     ):
         assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_lower_gives_the_programs_a_run_compiles_without_running_them():
+    agent = zoo.PPO(num_steps=8, hidden_sizes=(16,))
+    env = envs.make("CartPole-v1")
+    kwargs = {"key": jr.PRNGKey(0), "total_steps": 512, "num_envs": 4}
+    programs = runners.lower(agent, env, **kwargs)
+    # Initialisation, the chunk, the evaluation: StableHLO and XLA options.
+    assert len(programs) == 3
+    assert all(text.startswith("module @jit_") for text, _ in programs)
+    assert all(isinstance(options, dict) for _, options in programs)
+    assert runners.lower(agent, env, **kwargs) == programs
+    wider = runners.lower(zoo.PPO(num_steps=8, hidden_sizes=(32,)), env, **kwargs)
+    assert [t for t, _ in wider] != [t for t, _ in programs]
+    # Evaluating twice as many episodes at the end adds a fourth program.
+    more = runners.lower(agent, env, **kwargs, eval_every=256, final_eval_episodes=64)
+    assert len(more) == 4
+
+
+def test_canonical_lowering_does_not_depend_on_function_names():
+    from runners._run import canonical
+
+    def module(names, calls):
+        body = "".join(
+            f"  func.func private @{n}(%arg0: tensor<f32>) -> tensor<f32> {{\n"
+            f"    %0 = stablehlo.negate %arg0 : tensor<f32>\n"
+            f"    return %0 : tensor<f32>\n  }}\n"
+            for n in names
+        )
+        main = "".join(
+            f"    %{i} = func.call @{c}(%arg0) : (tensor<f32>) -> tensor<f32>\n"
+            for i, c in enumerate(calls)
+        )
+        return (
+            "module @jit_f attributes {} {\n"
+            "  func.func public @main(%arg0: tensor<f32>) -> tensor<f32> {\n"
+            f"{main}    return %arg0 : tensor<f32>\n  }}\n{body}}}\n"
+        )
+
+    # One function called twice, or two copies under other names: the same.
+    shared = canonical(module(["neg_3"], ["neg_3", "neg_3"]))
+    copies = canonical(module(["neg_7", "neg_1"], ["neg_1", "neg_7"]))
+    assert shared == copies
+    assert "@f1(" in shared and "@neg" not in shared
