@@ -28,9 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from experiments import _jax_setup  # noqa: E402
+from experiments import jax_setup  # noqa: E402
 
-_jax_setup.set_xla_flags()
+jax_setup.set_xla_flags()
 
 
 def main() -> None:
@@ -43,27 +43,25 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
-    from experiments import _config
+    import experiments
 
     os.environ["EQUIZOO_CACHE_DIR"] = tempfile.mkdtemp(prefix="equizoo-bench-cache-")
-    _jax_setup.enable_compilation_cache()
+    jax_setup.enable_compilation_cache()
     import jax.random as jr
 
-    import envs
     import runners
-    import zoo
 
-    total = args.total_steps or _config.run_default(args.agent, args.env, "total_steps")
-    every = args.checkpoint_every or _config.CHECKPOINT_EVERY
-    agent = zoo.make(args.agent, **_config.resolved_hp(args.agent, args.env))
-    env = envs.make(args.env)
+    given = {} if args.total_steps is None else {"total_steps": args.total_steps}
+    spec = experiments.RunSpec.resolve(agent=args.agent, env=args.env, **given)
+    every = args.checkpoint_every or spec.checkpoint_every
+    agent, env = spec.build()
     kwargs: dict = dict(
         key=jr.PRNGKey(0),
-        total_steps=total,
-        num_envs=_config.run_default(args.agent, args.env, "num_envs"),
+        total_steps=spec.total_steps,
+        num_envs=spec.num_envs,
         num_seeds=args.num_seeds,
-        eval_every=_config.eval_every(args.agent, args.env, total),
-        eval_episodes=_config.run_default(args.agent, args.env, "eval_episodes"),
+        eval_every=spec.eval_every,
+        eval_episodes=spec.eval_episodes,
     )
 
     def measure(with_checkpoints: bool) -> dict:
@@ -74,7 +72,7 @@ def main() -> None:
             t = time.perf_counter()
             meta = {"agent": args.agent, "env": args.env, "env_steps": report.env_steps}
             runners.save_checkpoint(root / str(report.env_steps), state, meta)
-            runners.prune_checkpoints(root, _config.KEEP_CHECKPOINTS)
+            runners.prune_checkpoints(root, spec.keep_checkpoints)
             times.append(time.perf_counter() - t)
 
         result = runners.run(
@@ -109,7 +107,7 @@ def main() -> None:
     summary = {
         "agent": args.agent,
         "env": args.env,
-        "total_steps": total,
+        "total_steps": spec.total_steps,
         "num_seeds": args.num_seeds,
         "checkpoint_every": every,
         "checkpoints_per_run": ckpt_rows[0]["num_checkpoints"],

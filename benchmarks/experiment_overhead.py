@@ -31,26 +31,25 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def library_child(agent_name: str, env_name: str, cache: bool) -> dict:
     """The experiment's training, through `runners.run` alone."""
-    from experiments import _config, _jax_setup
+    import experiments
+    from experiments import jax_setup
 
     if cache:
-        _jax_setup.enable_compilation_cache()
+        jax_setup.enable_compilation_cache()
     import jax.random as jr
 
-    import envs
     import runners
-    import zoo
 
-    total_steps = _config.run_default(agent_name, env_name, "total_steps")
-    agent = zoo.make(agent_name, **_config.resolved_hp(agent_name, env_name))
+    spec = experiments.RunSpec.resolve(agent=agent_name, env=env_name)
+    agent, env = spec.build()
     result = runners.run(
         agent,
-        envs.make(env_name),
+        env,
         key=jr.PRNGKey(0),
-        total_steps=total_steps,
-        num_envs=_config.run_default(agent_name, env_name, "num_envs"),
-        eval_every=_config.eval_every(agent_name, env_name, total_steps),
-        eval_episodes=_config.run_default(agent_name, env_name, "eval_episodes"),
+        total_steps=spec.total_steps,
+        num_envs=spec.num_envs,
+        eval_every=spec.eval_every,
+        eval_episodes=spec.eval_episodes,
     )
     return {
         "compile_s": round(result.compile_s, 3),
@@ -85,14 +84,14 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from experiments import _jax_setup, configs
+    from experiments import configs, jax_setup
 
     env_name = args.env or configs.default_env(args.agent)
     if args.child:
         print(json.dumps(library_child(args.agent, env_name, args.cache)))
         return
 
-    _jax_setup.set_xla_flags()  # the same flags for both sides
+    jax_setup.set_xla_flags()  # the same flags for both sides
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         env["EQUIZOO_CACHE_DIR"] = str(Path(tmp) / "jax-cache")

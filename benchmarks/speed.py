@@ -69,10 +69,10 @@ def child(
     run: dict,
     env_params: dict,
 ) -> dict:
-    from experiments import _jax_setup
+    from experiments import jax_setup
 
     if cache == "on":
-        _jax_setup.enable_compilation_cache()
+        jax_setup.enable_compilation_cache()
     import jax.random as jr
 
     import envs
@@ -188,9 +188,9 @@ def main() -> None:
     ]:
         if value is not None and value <= 0:
             raise SystemExit(f"{flag} must be a positive integer, got {value}")
-    from experiments import _jax_setup
+    from experiments import jax_setup
 
-    _jax_setup.set_xla_flags()  # inherited by the child processes
+    jax_setup.set_xla_flags()  # inherited by the child processes
     env = dict(os.environ)
     cases = all_cases() if args.all else args.case or QUICK
     for case in cases:

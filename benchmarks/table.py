@@ -41,7 +41,7 @@ docs/figures/ are regenerated from the files of the pairs tuned today.
 
 Statistics over seeds: the interquartile mean (the mean of the middle half,
 `scipy.stats.trim_mean(x, 0.25)`), with a 95 % percentile-bootstrap confidence
-interval (10,000 resamples of the seeds, `experiments._stats.iqm_ci`: the same
+interval (10,000 resamples of the seeds, `experiments.stats.iqm_ci`: the same
 interval as `scipy.stats.bootstrap(method="percentile")`). With 4 or 8 seeds the
 interval is wide by nature: it says how much the seeds disagree.
 """
@@ -60,8 +60,8 @@ from typing import Any
 
 import numpy as np
 
-from experiments import _stats, configs
-from experiments._versions import versions
+from experiments import configs, stats
+from experiments.versions import versions
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -95,7 +95,7 @@ VARIANTS: dict[str, dict] = {"nosticky": {"sticky_prob": 0}}
 EVAL_EPISODES = 128
 CURVE_POINTS = 10
 # The code whose change makes a result stale (experiments/ only for the flags).
-CODE = ["zoo", "envs", "runners", "experiments/_jax_setup.py"]
+CODE = ["zoo", "envs", "runners", "experiments/jax_setup.py"]
 
 
 def pairs() -> list[tuple[str, str]]:
@@ -207,14 +207,14 @@ def code_hash() -> str:
 def fingerprint(block: dict, seeds: int, held_out: int | None = None) -> str:
     """What decides a pair's figures; a result with another fingerprint is stale.
     `held_out`: the number of held-out seeds, for the held-out run's own."""
-    from experiments import _jax_setup
+    from experiments import jax_setup
 
     what = {
         "block": block,
         "seeds": seeds,
         **({} if held_out is None else {"held_out": [HELD_OUT_KEY, held_out]}),
         "eval": [EVAL_EPISODES, CURVE_POINTS],
-        "xla": _jax_setup.XLA_DEFAULTS,
+        "xla": jax_setup.XLA_DEFAULTS,
         "versions": versions(),
     }
     text = json.dumps(what, sort_keys=True, default=str)
@@ -282,20 +282,23 @@ def run_args(
     evaluated once at the end."""
     import jax.random as jr
 
-    from experiments import _config
+    import experiments
     from experiments.configs import tuned
 
     block = tuned(agent_name, env_name)
     assert block is not None
     block = variant_block(block, variant)
-    env = _config.make_env(env_name, block.get("env_params", {}))
-    # On a multi-agent env: one agent shared by all (experiments.run's default).
-    agent = _config.make_agent(agent_name, block.get("hp", {}), env)
-    total = block["total_steps"]
+    # What `python -m experiments.run with agent=... env=...` trains; on a
+    # multi-agent env, one agent shared by all (its default).
+    spec = experiments.RunSpec.resolve(
+        agent=agent_name, env=env_name, env_params=block.get("env_params", {})
+    )
+    agent, env = spec.build()
+    total = spec.total_steps
     kwargs = {
         "key": jr.PRNGKey(HELD_OUT_KEY if held_out else TABLE_KEY),
         "total_steps": total,
-        "num_envs": block["num_envs"],
+        "num_envs": spec.num_envs,
         "num_seeds": seeds,
         "eval_every": None if held_out else max(total // CURVE_POINTS, 1),
         "eval_episodes": EVAL_EPISODES,
@@ -400,15 +403,15 @@ def run_pair(
 
 
 def iqm(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """The interquartile mean over seeds (`experiments._stats.iqm`)."""
-    return _stats.iqm(x, axis=axis)
+    """The interquartile mean over seeds (`experiments.stats.iqm`)."""
+    return stats.iqm(x, axis=axis)
 
 
 def iqm_ci(x, level: float = 0.95, resamples: int = 10_000) -> tuple[float, float]:
     """Percentile-bootstrap confidence interval of the IQM over seeds: one
-    stratum of `experiments._stats.iqm_ci`, the same interval as
+    stratum of `experiments.stats.iqm_ci`, the same interval as
     `scipy.stats.bootstrap` with `method="percentile"` and seed 0."""
-    return _stats.iqm_ci([np.asarray(x, dtype=np.float64)], level, resamples)
+    return stats.iqm_ci([np.asarray(x, dtype=np.float64)], level, resamples)
 
 
 def load_references() -> dict[str, dict]:
@@ -724,7 +727,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(out))
         return
 
-    from experiments import _jax_setup
+    from experiments import jax_setup
 
     tuned_pairs = pairs()
     chosen = rows()
@@ -746,7 +749,7 @@ def main(argv: list[str] | None = None) -> None:
         render(tuned_pairs)
         return
 
-    _jax_setup.set_xla_flags()  # inherited by the children
+    jax_setup.set_xla_flags()  # inherited by the children
     RESULTS.mkdir(parents=True, exist_ok=True)
     for i, (agent, env, variant) in enumerate(chosen, 1):
         print(f"[{i}/{len(chosen)}]", end=" ", flush=True)

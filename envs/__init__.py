@@ -8,7 +8,8 @@ from ._classic import (
 )
 from ._env import AbstractEnv as AbstractEnv, AbstractWrapper as AbstractWrapper
 from ._gymnax import GymnaxEnv as GymnaxEnv
-from ._multi import (
+from ._multi_agent import (
+    ALL_AGENTS as ALL_AGENTS,
     AbstractMultiAgentEnv as AbstractMultiAgentEnv,
     JaxMarlEnv as JaxMarlEnv,
     MatrixGame as MatrixGame,
@@ -30,6 +31,7 @@ from ._registry import (
     make as make,
     make_multi as make_multi,
     names as names,
+    uses_jaxmarl as uses_jaxmarl,
 )
 from ._spaces import Box as Box, Discrete as Discrete, Space as Space
 from ._wrappers import (

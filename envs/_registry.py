@@ -6,7 +6,7 @@ from typing import Any
 
 from ._classic import CartPole, Pendulum
 from ._env import AbstractEnv
-from ._multi import AbstractMultiAgentEnv, MatrixGame
+from ._multi_agent import AbstractMultiAgentEnv, MatrixGame
 from ._probes import (
     ActionReward,
     ConstantReward,
@@ -53,7 +53,7 @@ def names() -> list[str]:
     """All names `make` accepts: native, gymnax and probe environments, and the
     multi-agent ones (JaxMARL's with the `marl` extra)."""
     from ._gymnax import gymnax_names
-    from ._multi import jaxmarl_names
+    from ._multi_agent import jaxmarl_names
 
     return sorted(
         set(NATIVE)
@@ -64,13 +64,29 @@ def names() -> list[str]:
     )
 
 
+def uses_jaxmarl(name: str) -> bool:
+    """Whether `name` is one of JaxMARL's envs (imports JaxMARL only when `name`
+    is none of ours or gymnax's, and JaxMARL is installed)."""
+    import importlib.util
+
+    from ._gymnax import gymnax_names
+
+    if name in NATIVE or name in PROBES or name in MULTI_AGENT:
+        return False
+    if name in gymnax_names() or importlib.util.find_spec("jaxmarl") is None:
+        return False
+    from ._multi_agent import jaxmarl_names
+
+    return name in jaxmarl_names()
+
+
 def make_multi(name: str, **env_params: Any) -> AbstractMultiAgentEnv:
     """Build a multi-agent environment by name: `"marl/MatrixGame"`, or a
     JaxMARL name such as `"MPE_simple_spread_v3"` (`pip install -e '.[marl]'`).
 
     **Raises:** `ValueError` naming the closest valid names, or the parameters.
     """
-    from ._multi import JaxMarlEnv, jaxmarl_names
+    from ._multi_agent import JaxMarlEnv, jaxmarl_names
 
     factory = MULTI_AGENT.get(name)
     if factory is not None:
@@ -92,7 +108,7 @@ def make_multi(name: str, **env_params: Any) -> AbstractMultiAgentEnv:
 
 def is_multi_agent(name: str) -> bool:
     """Whether `name` is a multi-agent env (`make_multi` builds it)."""
-    from ._multi import jaxmarl_names
+    from ._multi_agent import jaxmarl_names
 
     return name in MULTI_AGENT or (
         not name.startswith(("gymnax/", "probe/")) and name in jaxmarl_names()

@@ -5,10 +5,25 @@ trains, `python -m experiments.evaluate with run=runs/3` plays greedy episodes
 experiments.publish` retrains the pretrained zoo (docs/using.md).
 
 From Python, `experiments.tuned(agent, env)` gives the tuned hyperparameters and
-run settings the CLI trains with, and `experiments.load_run("runs/3", seed=0)`
-loads a recorded run's agent, one seed's state and its env. Importing this
-package imports neither JAX nor Sacred.
+run settings the CLI trains with, `experiments.RunSpec.resolve(agent=..., env=...)`
+the whole run config (every key of `python -m experiments.run`), and
+`experiments.load_run("runs/3", seed=0)` loads a recorded run's agent, one seed's
+state and its env. Importing this package imports neither JAX nor Sacred.
 """
+
+import typing as _typing
 
 from experiments._load import load_run as load_run, load_state as load_state
 from experiments._tuned import Tuned as Tuned, pairs as pairs, tuned as tuned
+
+if _typing.TYPE_CHECKING:
+    from experiments._spec import RunSpec as RunSpec
+
+
+def __getattr__(name: str) -> _typing.Any:
+    # Loaded on first use: the run spec reads run folders through Sacred's code.
+    if name == "RunSpec":
+        from experiments._spec import RunSpec
+
+        return RunSpec
+    raise AttributeError(f"module 'experiments' has no attribute {name!r}")

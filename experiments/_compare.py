@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments import _stats
+from experiments import stats
 from experiments._errors import PlotError
 
 DEFAULT_OUT = Path("plots") / "compare"
@@ -112,26 +112,7 @@ def _is_run(folder: Path) -> bool:
 def _load(path: str, metric: str, by: str) -> list[_Unit]:
     """The strata of one run folder: the run, or each member of a sweep."""
     folder = Path(path)
-    if not folder.is_dir():
-        raise PlotError(f"{path}: no such folder")
-    if not _is_run(folder):
-        inner = sorted(
-            (p for p in folder.iterdir() if p.is_dir() and _is_run(p)),
-            key=lambda p: (
-                not p.name.isdigit(),
-                int(p.name) if p.name.isdigit() else 0,
-                p.name,
-            ),
-        )
-        hint = (
-            f"; it holds runs: pass them, e.g. {path.rstrip('/')}/{inner[0].name}"
-            if inner
-            else ""
-        )
-        raise PlotError(
-            f"{path}: not a run folder (a FileStorageObserver run has config.json "
-            f"and run.json){hint}"
-        )
+    _check_run_folder(folder, path)
     config = _read_json(folder / "config.json", path)
     run = _read_json(folder / "run.json", path)
     metrics_file = folder / "metrics.json"
@@ -158,7 +139,49 @@ def _load(path: str, metric: str, by: str) -> list[_Unit]:
             raise PlotError(none_yet)
         steps, values, per_seed = found
         return [_Unit(path, config, env, status, num_seeds, per_seed, steps, values)]
-    # A sweep: one stratum per member, with the member's hyperparameters.
+    units = _member_units(folder, path, config, metrics, metric, by, status)
+    if not units:
+        raise PlotError(none_yet.replace(f"{metric}.seed", f"member_<i>.{metric}.seed"))
+    return units
+
+
+def _check_run_folder(folder: Path, path: str) -> None:
+    """A folder Sacred's file observer wrote a run into; else a `PlotError`
+    naming the runs inside, if any."""
+    if not folder.is_dir():
+        raise PlotError(f"{path}: no such folder")
+    if _is_run(folder):
+        return
+    inner = sorted(
+        (p for p in folder.iterdir() if p.is_dir() and _is_run(p)),
+        key=lambda p: (
+            not p.name.isdigit(),
+            int(p.name) if p.name.isdigit() else 0,
+            p.name,
+        ),
+    )
+    hint = (
+        f"; it holds runs: pass them, e.g. {path.rstrip('/')}/{inner[0].name}"
+        if inner
+        else ""
+    )
+    raise PlotError(
+        f"{path}: not a run folder (a FileStorageObserver run has config.json "
+        f"and run.json){hint}"
+    )
+
+
+def _member_units(
+    folder: Path,
+    path: str,
+    config: dict[str, Any],
+    metrics: dict[str, Any],
+    metric: str,
+    by: str,
+    status: str,
+) -> list[_Unit]:
+    """A sweep's strata: one per member, with the member's hyperparameters."""
+    num_seeds = int(config.get("num_seeds", 1))
     info_file = folder / "info.json"
     info = _read_json(info_file, path) if info_file.exists() else {}
     table = _members(folder, path, info if isinstance(info, dict) else {})
@@ -189,7 +212,7 @@ def _load(path: str, metric: str, by: str) -> list[_Unit]:
             _Unit(
                 path,
                 member_config,
-                env,
+                str(config["env"]),
                 status,
                 num_seeds,
                 per_seed,
@@ -199,8 +222,6 @@ def _load(path: str, metric: str, by: str) -> list[_Unit]:
                 swept=swept,
             )
         )
-    if not units:
-        raise PlotError(none_yet.replace(f"{metric}.seed", f"member_<i>.{metric}.seed"))
     return units
 
 
@@ -295,9 +316,9 @@ def _summarise(g: _Group, resamples: int, seed: int) -> dict[str, Any]:
     for t in steps:
         samples = [u.values[int(np.searchsorted(u.steps, t))] for u in g.units]
         pooled = np.concatenate(samples)
-        iqms.append(float(_stats.iqm(pooled)))
+        iqms.append(float(stats.iqm(pooled)))
         if with_ci and pooled.size > 1:
-            low, high = _stats.iqm_ci(_strata(samples), resamples=resamples, seed=seed)
+            low, high = stats.iqm_ci(_strata(samples), resamples=resamples, seed=seed)
         else:
             low = high = math.nan
         lows.append(low)
@@ -392,36 +413,41 @@ def _figure(
         curves.spines[["top", "right"]].set_visible(False)
         _label_ends(curves, ends)
 
-        ys = np.arange(len(mine))[::-1]
-        for y, s in zip(ys, mine, strict=True):
-            colour = colour_of[s["label"]]
-            low, high = s["final_ci"]
-            centre = s["final_iqm"]
-            if math.isfinite(low):
-                finals.barh(
-                    y, high - low, left=low, height=0.6, color=colour, alpha=0.6
-                )
-            finals.vlines(centre, y - 0.32, y + 0.32, color="black", lw=1.5)
-            finals.annotate(
-                f"{centre:.1f}" + ("" if math.isfinite(low) else " (no CI)"),
-                xy=(max(centre, high) if math.isfinite(high) else centre, y),
-                xytext=(4, 0),
-                textcoords="offset points",
-                va="center",
-                fontsize=7,
-                annotation_clip=False,
-            )
-        finals.set_yticks(ys, [s["label"] for s in mine], fontsize=8)
-        for tick, s in zip(finals.get_yticklabels(), mine, strict=True):
-            tick.set_color(colour_of[s["label"]])
-        finals.set_ylim(-0.6, len(mine) - 0.4)
-        finals.set_title(f"{env}: final", fontsize=10)
-        finals.set_xlabel(f"IQM of {what} (95 % CI)")
-        finals.grid(axis="x", alpha=0.3)
-        finals.spines[["top", "right", "left"]].set_visible(False)
-        finals.tick_params(axis="y", length=0)
+        _finals_panel(finals, mine, colour_of, what)
     fig.suptitle(title, fontsize=11)
     return fig
+
+
+def _finals_panel(
+    finals: Any, mine: list[dict[str, Any]], colour_of: dict[str, Any], what: str
+) -> None:
+    """Each group's final IQM and its interval, one bar per group."""
+    ys = np.arange(len(mine))[::-1]
+    for y, s in zip(ys, mine, strict=True):
+        colour = colour_of[s["label"]]
+        low, high = s["final_ci"]
+        centre = s["final_iqm"]
+        if math.isfinite(low):
+            finals.barh(y, high - low, left=low, height=0.6, color=colour, alpha=0.6)
+        finals.vlines(centre, y - 0.32, y + 0.32, color="black", lw=1.5)
+        finals.annotate(
+            f"{centre:.1f}" + ("" if math.isfinite(low) else " (no CI)"),
+            xy=(max(centre, high) if math.isfinite(high) else centre, y),
+            xytext=(4, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=7,
+            annotation_clip=False,
+        )
+    finals.set_yticks(ys, [s["label"] for s in mine], fontsize=8)
+    for tick, s in zip(finals.get_yticklabels(), mine, strict=True):
+        tick.set_color(colour_of[s["label"]])
+    finals.set_ylim(-0.6, len(mine) - 0.4)
+    finals.set_title(f"{mine[0]['env']}: final", fontsize=10)
+    finals.set_xlabel(f"IQM of {what} (95 % CI)")
+    finals.grid(axis="x", alpha=0.3)
+    finals.spines[["top", "right", "left"]].set_visible(False)
+    finals.tick_params(axis="y", length=0)
 
 
 def _stem(out: str | os.PathLike[str]) -> Path:
@@ -512,6 +538,12 @@ def compare(
     )
     files = _save(fig, _stem(out))
 
+    summary, notes = _summary_lines(summaries)
+    return {"groups": summaries, "files": files, "summary": summary, "notes": notes}
+
+
+def _summary_lines(summaries: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """One line per group, and notes on what the figure leaves out."""
     width = max(len(s["label"]) for s in summaries)
     summary, notes = [], []
     for s in summaries:
@@ -529,4 +561,4 @@ def compare(
         unfinished = [x for x in s["statuses"] if x != "COMPLETED"]
         if unfinished:
             notes.append(f"{s['label']} ({s['env']}): a run is {'/'.join(unfinished)}")
-    return {"groups": summaries, "files": files, "summary": summary, "notes": notes}
+    return summary, notes

@@ -1,4 +1,5 @@
-"""Resolving and validating an experiment's config, before anything compiles."""
+"""Defaults from the tuned configs, and building a run's agent and env from its
+config (`experiments._spec` lists the keys and validates them)."""
 
 import difflib
 from typing import Any
@@ -85,18 +86,48 @@ def make_agent(
 
     per_agent = per_agent or {}
     if not isinstance(env, envs.AbstractMultiAgentEnv):
-        for key, value in (("sharing", sharing), ("agent_id", agent_id or None)):
-            if value is not None:
-                raise ConfigError(
-                    f"{key}: {env.name} is a single-agent env; {key} applies to "
-                    f"multi-agent envs ({', '.join(list(envs.MULTI_AGENT)[:3])}, ...)"
-                )
-        if per_agent:
-            raise ConfigError(
-                f"per_agent: {env.name} is a single-agent env; use hp.<name>=..."
-            )
+        _check_single_agent(env, sharing, agent_id, per_agent)
         return zoo.make(agent, **hp)
     sharing = "shared" if sharing is None else sharing
+    _check_sharing(env, sharing, agent_id, per_agent)
+    if sharing != "independent":
+        return zoo.Shared(zoo.make(agent, **hp), agent_id=agent_id)
+    agents = {}
+    for name in env.agents:
+        over = dict(per_agent.get(name, {}))
+        kind = over.pop("agent", agent)
+        try:
+            agents[name] = zoo.make(kind, **{**(hp if kind == agent else {}), **over})
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"per_agent.{name}: {e}") from None
+    try:
+        return zoo.Independent(agents)
+    except ValueError as e:
+        raise ConfigError(f"per_agent: {e}") from None
+
+
+def _check_single_agent(
+    env: Any, sharing: str | None, agent_id: bool, per_agent: dict[str, Any]
+) -> None:
+    """The multi-agent keys are refused on a single-agent env."""
+    import envs
+
+    for key, value in (("sharing", sharing), ("agent_id", agent_id or None)):
+        if value is not None:
+            raise ConfigError(
+                f"{key}: {env.name} is a single-agent env; {key} applies to "
+                f"multi-agent envs ({', '.join(list(envs.MULTI_AGENT)[:3])}, ...)"
+            )
+    if per_agent:
+        raise ConfigError(
+            f"per_agent: {env.name} is a single-agent env; use hp.<name>=..."
+        )
+
+
+def _check_sharing(
+    env: Any, sharing: str, agent_id: bool, per_agent: dict[str, Any]
+) -> None:
+    """`sharing`, `agent_id` and `per_agent` fit together and fit `env`."""
     if sharing not in SHARING:
         raise ConfigError(f"sharing: expected one of {SHARING}, got {sharing!r}")
     if not isinstance(per_agent, dict):
@@ -127,20 +158,6 @@ def make_agent(
             f"agent_id: a one-hot agent id is for sharing=shared (got "
             f"sharing={sharing}: {_WHY_NO_ID[sharing]})"
         )
-    if sharing != "independent":
-        return zoo.Shared(zoo.make(agent, **hp), agent_id=agent_id)
-    agents = {}
-    for name in env.agents:
-        over = dict(per_agent.get(name, {}))
-        kind = over.pop("agent", agent)
-        try:
-            agents[name] = zoo.make(kind, **{**(hp if kind == agent else {}), **over})
-        except (ValueError, TypeError) as e:
-            raise ConfigError(f"per_agent.{name}: {e}") from None
-    try:
-        return zoo.Independent(agents)
-    except ValueError as e:
-        raise ConfigError(f"per_agent: {e}") from None
 
 
 def _block(agent: Any, env: Any) -> dict[str, Any]:
@@ -150,7 +167,7 @@ def _block(agent: Any, env: Any) -> dict[str, Any]:
     return block if isinstance(block, dict) else {}
 
 
-def _bad_hp(config: dict[str, Any]) -> str:
+def bad_hp(config: Any) -> str:
     """The dotted key of the first hyperparameter that fails on its own, else
     `hp` (a combination is invalid, e.g. a batch that does not split)."""
     import zoo
@@ -163,184 +180,21 @@ def _bad_hp(config: dict[str, Any]) -> str:
     return "hp"
 
 
-# Every config key, for the unknown-key message (the config scope in run.py
-# defines them).
-KEYS = (
-    "agent",
-    "env",
-    "env_params",
-    "seed",
-    "num_seeds",
-    "total_steps",
-    "num_envs",
-    "eval_every",
-    "eval_at_start",
-    "eval_episodes",
-    "hp",
-    "progress",
-    "compilation_cache",
-    "checkpoint_every",
-    "keep_checkpoints",
-    "resume",
-    "sweep",
-    "sweep_samples",
-    "devices",
-    "bitwise",
-    "distributed",
-    "video",
-    "sharing",
-    "agent_id",
-    "per_agent",
-)
-
 # How agents learn on a multi-agent env (`sharing=`).
 SHARING = ("shared", "independent", "self-play")
 _WHY_NO_ID = {
     "self-play": "every agent plays the same policy",
     "independent": "each agent has its own network",
 }
-_RUN_INTS = (
-    "num_seeds",
-    "total_steps",
-    "num_envs",
-    "eval_episodes",
-    "keep_checkpoints",
-)
 
 
-def validate(config: dict[str, Any]) -> list[str]:
-    """Check a resolved config without compiling anything.
-
-    Builds the agent and env (cheap: hyperparameters and spaces, no networks) and
-    asks the runner whether they can train together.
-
-    **Returns:** warnings to show (e.g. no tuned block for this pair).
-
-    **Raises:** `ConfigError` naming the offending key and the valid choices.
-    """
-    unknown = sorted(set(config) - set(KEYS))
-    if unknown:
-        close = difflib.get_close_matches(unknown[0], KEYS, n=1, cutoff=0.6)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(
-            f"{unknown[0]}: unknown config key.{hint} Valid keys: {sorted(KEYS)}"
-        )
-    if config["resume"] is not None:
-        from experiments import _resume
-
-        _resume.check(config)
-    import envs
-    import runners
-    import zoo
-
-    agent_name, env_name = config["agent"], config["env"]
-    if not isinstance(agent_name, str):
-        raise ConfigError(f"agent: expected one of {zoo.names()}, got {agent_name!r}")
-    if not isinstance(env_name, str):
-        raise ConfigError(f"env: expected an env name (string), got {env_name!r}")
-    if type(config["seed"]) is not int:
-        raise ConfigError(f"seed: expected an integer, got {config['seed']!r}")
-    for key in _RUN_INTS:
-        value = config[key]
-        if type(value) is not int or value <= 0:
-            raise ConfigError(f"{key}: expected a positive integer, got {value!r}")
-    eval_every = config["eval_every"]
-    if eval_every is not None and (type(eval_every) is not int or eval_every <= 0):
-        raise ConfigError(
-            f"eval_every: expected a positive integer or None, got {eval_every!r}"
-        )
-    every = config["checkpoint_every"]
-    if every is not None and (type(every) is not int or every <= 0):
-        raise ConfigError(
-            f"checkpoint_every: expected a positive integer or None, got {every!r}"
-        )
-    for key in ("progress", "compilation_cache", "bitwise", "eval_at_start", "video"):
-        if not isinstance(config[key], bool):
-            raise ConfigError(f"{key}: expected True or False, got {config[key]!r}")
-    if not isinstance(config["hp"], dict):
-        raise ConfigError(f"hp: expected a dict, got {config['hp']!r}")
-    devices = config["devices"]
-    if devices is not None and (type(devices) is not int or devices <= 0):
-        raise ConfigError(
-            f"devices: expected a positive number of devices or None (all), got "
-            f"{devices!r}"
-        )
-
-    try:
-        zoo.make(agent_name, **config["hp"])
-    except (ValueError, TypeError) as e:
-        key = "agent" if agent_name.lower() not in zoo.names() else _bad_hp(config)
-        raise ConfigError(f"{key}: {e}") from None
-    env_params = config["env_params"]
-    if not isinstance(env_params, dict):
-        raise ConfigError(
-            f"env_params: expected a dict of env parameters (env_params.<name>=value),"
-            f" got {env_params!r}"
-        )
-    try:
-        env = make_env(env_name, env_params)
-    except (ValueError, TypeError) as e:
-        raise ConfigError(f"{'env_params' if env_params else 'env'}: {e}") from None
-    if not isinstance(config["agent_id"], bool):
-        raise ConfigError(
-            f"agent_id: expected True or False, got {config['agent_id']!r}"
-        )
-    agent = make_agent(
-        agent_name,
-        config["hp"],
-        env,
-        config["sharing"],
-        config["agent_id"],
-        config["per_agent"],
-    )
-    multi = isinstance(env, envs.AbstractMultiAgentEnv)
-    try:
-        runners.validate(agent, env, config["num_envs"], config["total_steps"])
-    except ValueError as e:
-        raise ConfigError(f"agent={agent_name} env={env_name}: {e}") from None
-    if multi and (config["sweep"] or config["sweep_samples"]):
-        raise ConfigError(
-            f"sweep: sweeps vary one zoo agent, not multi-agent learners; train "
-            f"one run per value on {env_name}"
-        )
-    if config["sweep"] or config["sweep_samples"]:
-        _check_sweep(config, agent, env)
-    if config["video"] and (config["sweep"] or config["sweep_samples"]):
-        raise ConfigError(
-            "video: a sweep films nothing; train the member you want to see alone "
-            "(its command is printed at the end of the sweep) with video=True"
-        )
-    if config["video"]:
-        from envs.render import RENDERABLE, renderable
-
-        if not isinstance(env, envs.AbstractEnv) or not renderable(env):
-            raise ConfigError(
-                f"video: {env_name} has no renderer; envs that render: "
-                f"{', '.join(RENDERABLE)}"
-            )
-
-    block = configs.tuned(agent_name, env_name)
-    if block is None:
-        tuned_envs = sorted(configs.blocks(agent_name))
-        return [
-            f"no tuned config for {agent_name} on {env_name} "
-            f"(experiments/configs/{agent_name}.yaml has {tuned_envs}); "
-            f"using the agent's default hyperparameters"
-        ]
-    try:
-        configs.check_block(agent_name, env_name, block)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    return []
-
-
-def _check_sweep(config: dict[str, Any], agent: Any, env: Any) -> None:
+def check_sweep(config: Any, agent: Any, env: Any) -> None:
     """Every program of the sweep builds an agent that can train on `env`."""
     import runners
     import zoo
-    from experiments import _sweep
+    from experiments import _members
 
-    _, programs = _sweep.of_config(config, agent)
+    _, programs = _members.of_config(config, agent)
     for program in programs:
         try:
             member_agent = zoo.make(

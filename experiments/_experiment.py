@@ -80,9 +80,9 @@ def record_code(ex: Any, main: Path) -> None:
     imported by the time the run starts and the tuned-config files read (Sacred
     collects only the modules imported when the `Experiment` was built), `main`
     as the `mainfile`, and the versions of the libraries that decide the numbers
-    (`_versions.LIBRARIES`, sacred, and jaxmarl on its envs). A config hook: it
+    (`versions.LIBRARIES`, sacred, and jaxmarl on its envs). A config hook: it
     runs before a run starts, for each run of the process."""
-    from experiments import _versions
+    from experiments import versions
     from experiments._sacred import (
         PackageDependency,
         Source,
@@ -95,7 +95,7 @@ def record_code(ex: Any, main: Path) -> None:
     @ex.config_hook
     def _record_code(config, command_name, logger):
         # What training will import anyway; importing it now puts it in the record.
-        import envs  # noqa: F401
+        import envs
         import runners  # noqa: F401
         import zoo  # noqa: F401
         from experiments import configs
@@ -120,33 +120,16 @@ def record_code(ex: Any, main: Path) -> None:
         ex.sources.update(
             Source(str(f), get_digest(str(f)), None, None, None) for f in files
         )
-        names = [*_versions.LIBRARIES, "sacred"]
+        names = [*versions.LIBRARIES, "sacred"]
         env = config.get("env")
-        if isinstance(env, str) and _uses_jaxmarl(env):
+        if isinstance(env, str) and envs.uses_jaxmarl(env):
             names.append("jaxmarl")
         for name in names:
-            version = _versions.version_of(name)
+            version = versions.version_of(name)
             if version != "absent":
                 ex.dependencies.discard(PackageDependency(name, None))
                 ex.add_package_dependency(name, version)
         return {}
-
-
-def _uses_jaxmarl(env: str) -> bool:
-    """Whether `env` is one of JaxMARL's (imports JaxMARL only if it is not one
-    of ours or gymnax's)."""
-    import importlib.util
-
-    from envs._gymnax import gymnax_names
-    from envs._registry import MULTI_AGENT, NATIVE, PROBES
-
-    if env in NATIVE or env in PROBES or env in MULTI_AGENT or env in gymnax_names():
-        return False
-    if importlib.util.find_spec("jaxmarl") is None:
-        return False
-    from envs._multi import jaxmarl_names
-
-    return env in jaxmarl_names()
 
 
 def observe(ex: Any) -> None:

@@ -196,6 +196,10 @@ class SweepRecorder:
                                 f"member_{member}.eval.return.seed_{i}", float(r), step
                             )
 
+    def close(self) -> None:
+        """Close the progress bar (its `recorder`'s)."""
+        self.recorder.close()
+
 
 def close_interrupted(run: Any) -> None:
     """Mark `run` INTERRUPTED in its records, for a process about to exit at once

@@ -15,20 +15,6 @@ from experiments._errors import ConfigError
 from experiments._interrupt import Interrupted
 from experiments._sacred import MongoObserver
 
-# What a resumed run may change: `total_steps` (only upwards) and settings that
-# do not change what is computed.
-RESUME_MAY_CHANGE = (
-    "resume",
-    "total_steps",
-    "checkpoint_every",
-    "keep_checkpoints",
-    "progress",
-    "compilation_cache",
-    "devices",
-    "distributed",
-    "video",
-)
-
 
 def checkpoint_root(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
@@ -89,52 +75,6 @@ def resumed(resume: Any, key: str, default: Any) -> Any:
     if config is None or key not in config:
         return default
     return copy.deepcopy(config[key])
-
-
-def check(config: dict[str, Any]) -> None:
-    """A resumed run keeps its original's config: refuse any other override."""
-    latest = resume_checkpoint(config["resume"])
-    meta = checkpoint_meta(latest)
-    original = meta["config"]
-    where = f"the run in {str(config['resume'])!r}"
-    for key in ("agent", "env"):
-        if config[key] != original.get(key):
-            raise ConfigError(
-                f"resume: {str(latest)!r} is a checkpoint of {key} "
-                f"{original.get(key)!r}, not {config[key]!r}"
-            )
-    changed = []
-    for key in config:  # every key: validate refused unknown ones before
-        if key in RESUME_MAY_CHANGE or key not in original:
-            continue
-        if key == "hp" and isinstance(config["hp"], dict):
-            hp = original["hp"]
-            changed += [
-                (f"hp.{k}", v, hp.get(k))
-                for k, v in config["hp"].items()
-                if k not in hp or hp[k] != v
-            ]
-        elif config[key] != original[key]:
-            changed.append((key, config[key], original[key]))
-    if changed:
-        key, value, was = changed[0]
-        raise ConfigError(
-            f"{key}: {value!r} conflicts with {where}, which has {key}={was!r}; a "
-            f"resumed run keeps its config (it may change only "
-            f"{', '.join(RESUME_MAY_CHANGE[1:])})"
-        )
-    total, done = config["total_steps"], meta["env_steps"]
-    planned = meta["plan"]["total_steps"]
-    if type(total) is int and total < original["total_steps"]:
-        raise ConfigError(
-            f"total_steps: {total!r} is below the {original['total_steps']} of "
-            f"{where}; a resumed run trains to at least its original's total"
-        )
-    if type(total) is int and done >= max(total, planned):
-        raise ConfigError(
-            f"resume: {where} already reached total_steps={total} ({done} env "
-            f"steps in {str(latest)!r}); give a larger total_steps to continue it"
-        )
 
 
 def checkpoint_meta(latest: Path) -> dict[str, Any]:
@@ -203,9 +143,9 @@ def num_runs(config: dict[str, Any], agent: Any) -> int:
     """Runs of a (one-program) sweep's state: members x seeds; else seeds."""
     if not (config.get("sweep") or config.get("sweep_samples")):
         return config["num_seeds"]
-    from experiments import _sweep
+    from experiments import _members
 
-    members, _ = _sweep.of_config(config, agent)
+    members, _ = _members.of_config(config, agent)
     return len(members) * config["num_seeds"]
 
 
@@ -231,16 +171,14 @@ def resume_command(run: Any) -> str:
     return shlex.join(parts)
 
 
-def peer_lost(run: Any, error: Exception, root: Path | None) -> str:
-    """What a process says when another of its run is lost."""
-    import runners
-
+def peer_lost(run: Any, error: Exception, last: Path | None) -> str:
+    """What a process says when another of its run is lost; `last`: the newest
+    complete checkpoint."""
     if not _distributed.is_main():
         return (
             f"{error}; resume from the last checkpoint in process 0's run folder "
             "(`with resume=<run folder>` on every process)"
         )
-    last = runners.latest_checkpoint(root) if root is not None else None
     if last is None:
         return f"{error}; no checkpoint yet, so start the run again"
     return (

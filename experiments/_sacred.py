@@ -20,6 +20,7 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", "pkg_resources is deprecated", UserWarning)
     from sacred import Experiment as Experiment
     from sacred.arg_parser import get_config_updates as get_config_updates
+    from sacred.config.config_scope import ConfigScope as ConfigScope
     from sacred.dependencies import (
         PackageDependency as PackageDependency,
         Source as Source,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 # Workers import `experiments.run` inside each trial (after setting XLA's flags).
-from experiments import _jax_setup, _stats
+from experiments import jax_setup, stats
 from experiments._errors import ConfigError
 from experiments._sacred import get_config_updates
 
@@ -217,7 +217,7 @@ def objective(info: dict[str, Any], result: Any) -> float | None:
         return float(info["return_iqm"])
     finals = info.get("final_returns")
     if isinstance(finals, list) and finals:
-        return float(_stats.iqm(finals))
+        return float(stats.iqm(finals))
     # A run recorded before runs recorded their seeds' returns (or a run of a
     # `sweep.<hp>` program, which records its members instead): its result, the
     # mean over seeds. That is the IQM for fewer than 4 seeds (searches trained
@@ -316,7 +316,7 @@ def grid_worker(
 ) -> int:
     """Run grid trials one after another; a trial that fails is recorded as
     FAILED and the next one runs. **Returns:** trials completed."""
-    _jax_setup.set_xla_flags()
+    jax_setup.set_xla_flags()
     from experiments._errors import EquizooError
     from experiments._sacred import SacredError
 
@@ -341,7 +341,7 @@ def search_worker(
     """Run `n_trials` Optuna trials (enqueued resumptions first), maximising
     each trial's IQM over its seeds (`run_trial`). **Returns:** trials
     completed."""
-    _jax_setup.set_xla_flags()
+    jax_setup.set_xla_flags()
     import optuna
 
     from experiments._errors import EquizooError

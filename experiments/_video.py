@@ -18,10 +18,10 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import PRNGKeyArray, PyTree
 
+import runners
 from envs import AbstractEnv, AbstractWrapper
 from envs.render import RENDERABLE, RenderError, render, renderable
 from runners import TrainState
-from runners._evaluate import _step
 from zoo import AbstractAgent
 
 
@@ -124,13 +124,9 @@ def _rollout(
 
     def body(carry, t):
         obs, env_state, returns, done = carry
-        k_act, k_env = jr.split(jr.fold_in(k_loop, t))
-        action, _ = jax.vmap(
-            lambda o, k: agent.act(agent_state, o, key=k, greedy=greedy)
-        )(obs, jr.split(k_act, num_episodes))
-        obs, env_state, reward, terminated, truncated, _ = jax.vmap(
-            lambda k, s, a: _step(env, k, s, a)
-        )(jr.split(k_env, num_episodes), env_state, action)
+        obs, env_state, reward, terminated, truncated = runners.play_step(
+            agent, agent_state, env, k_loop, t, obs, env_state, greedy=greedy
+        )
         returns = returns + jnp.where(done, 0.0, reward)
         ends = terminated | truncated
         return (obs, env_state, returns, done | ends), (env_state, ends)

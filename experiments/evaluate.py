@@ -17,10 +17,10 @@ import time
 
 _T_START = time.perf_counter()
 
-from experiments import _jax_setup  # noqa: E402
+from experiments import jax_setup  # noqa: E402
 
 if __name__ == "__main__":
-    _jax_setup.set_xla_flags()  # before JAX starts, as for training
+    jax_setup.set_xla_flags()  # before JAX starts, as for training
 
 import json  # noqa: E402
 import sys  # noqa: E402
@@ -57,7 +57,7 @@ def config():
     # frames per second of the video
     fps = 30
     # JAX persistent compilation cache (as for training)
-    compilation_cache = _jax_setup.cache_enabled_by_default()
+    compilation_cache = jax_setup.cache_enabled_by_default()
 
 
 KEYS = (
@@ -169,27 +169,12 @@ def main(_run: Any) -> float:
     config = dict(_run.config)
     target = check(config)
     if config["compilation_cache"]:
-        _jax_setup.enable_compilation_cache()
+        jax_setup.enable_compilation_cache()
     import jax.random as jr
-    import numpy as np
 
-    import envs
     import runners
-    import zoo
 
-    if "run" in target:
-        try:
-            agent, state, env = _load.load_run(target["run"], seed=config["seed"])
-        except Exception as e:  # a damaged checkpoint, another agent's data
-            raise EvaluateError(f"run: cannot load {target['run']}: {e}") from None
-        what = f"{target['run']} seed {config['seed']}"
-    else:
-        agent, state = zoo.pretrained(target["agent"], target["env"])
-        # The env as the agent was trained and published (sticky actions on
-        # MinAtar).
-        prov = zoo.provenance(target["agent"], target["env"])
-        env = envs.make(target["env"], **prov.get("env_params", {}))
-        what = "pretrained"
+    agent, state, env, what = _agent_of(target, config["seed"])
     name = f"{target['agent']} on {target['env']} ({what})"
     out = runners.evaluate(
         agent,
@@ -199,37 +184,15 @@ def main(_run: Any) -> float:
         num_episodes=config["episodes"],
         max_steps=config["max_steps"],
     )
-    # A multi-agent env: each agent's returns, and their sum as the return.
-    names = env.agents if isinstance(env, envs.AbstractMultiAgentEnv) else ()
-    per_agent = {a: np.asarray(out[a]) for a in names}
-    summed = np.sum(list(per_agent.values()), axis=0) if per_agent else None
-    returns = np.asarray(out) if summed is None else summed
-    mean, std, low = float(returns.mean()), float(returns.std()), float(returns.min())
-    for i, r in enumerate(returns):
-        _run.log_scalar("eval.return", float(r), i)
-        for a, r_a in per_agent.items():
-            _run.log_scalar(f"eval.return.{a}", float(r_a[i]), i)
-    if per_agent:
-        _run.info["agent_returns"] = {
-            a: [float(r) for r in r_a] for a, r_a in per_agent.items()
-        }
-    _run.info.update(
-        agent=target["agent"],
-        env=target["env"],
-        source=what,
-        return_mean=mean,
-        return_std=std,
-        return_min=low,
-        return_max=float(returns.max()),
-        returns=[float(r) for r in returns],
-    )
+    returns, per_agent = _record_returns(_run, env, out, target, what)
     videos = []
     if config["video"]:
         videos = _video(_run, agent, state, env, name, config)
+    mean, std = float(returns.mean()), float(returns.std())
     episodes = " ".join(f"{r:g}" for r in returns.round(1))
     print(
-        f"{name}: greedy return {mean:.1f} ± {std:.1f}, min {low:.1f}, over "
-        f"{len(returns)} episodes\nper episode: "
+        f"{name}: greedy return {mean:.1f} ± {std:.1f}, min {returns.min():.1f}, "
+        f"over {len(returns)} episodes\nper episode: "
         + textwrap.fill(episodes, 88, subsequent_indent="  ")
         + "".join(
             f"\n{a}: mean {r_a.mean():.1f} ± {r_a.std():.1f}"
@@ -240,6 +203,58 @@ def main(_run: Any) -> float:
         flush=True,
     )
     return mean
+
+
+def _agent_of(target: dict[str, Any], seed: int) -> tuple[Any, Any, Any, str]:
+    """`(agent, state, env, what)`: one seed of a recorded run, or the
+    pretrained agent on the env it was trained on (sticky actions on MinAtar)."""
+    import envs
+    import zoo
+
+    if "run" in target:
+        try:
+            agent, state, env = _load.load_run(target["run"], seed=seed)
+        except Exception as e:  # a damaged checkpoint, another agent's data
+            raise EvaluateError(f"run: cannot load {target['run']}: {e}") from None
+        return agent, state, env, f"{target['run']} seed {seed}"
+    agent, state = zoo.pretrained(target["agent"], target["env"])
+    prov = zoo.provenance(target["agent"], target["env"])
+    env = envs.make(target["env"], **prov.get("env_params", {}))
+    return agent, state, env, "pretrained"
+
+
+def _record_returns(
+    run: Any, env: Any, out: Any, target: dict[str, Any], what: str
+) -> tuple[Any, dict[str, Any]]:
+    """Log each episode's return (and each agent's, summed into the return on a
+    multi-agent env) and the summary in `info`; `(returns, per agent)`."""
+    import numpy as np
+
+    import envs
+
+    names = env.agents if isinstance(env, envs.AbstractMultiAgentEnv) else ()
+    per_agent = {a: np.asarray(out[a]) for a in names}
+    summed = np.sum(list(per_agent.values()), axis=0) if per_agent else None
+    returns = np.asarray(out) if summed is None else summed
+    for i, r in enumerate(returns):
+        run.log_scalar("eval.return", float(r), i)
+        for a, r_a in per_agent.items():
+            run.log_scalar(f"eval.return.{a}", float(r_a[i]), i)
+    if per_agent:
+        run.info["agent_returns"] = {
+            a: [float(r) for r in r_a] for a, r_a in per_agent.items()
+        }
+    run.info.update(
+        agent=target["agent"],
+        env=target["env"],
+        source=what,
+        return_mean=float(returns.mean()),
+        return_std=float(returns.std()),
+        return_min=float(returns.min()),
+        return_max=float(returns.max()),
+        returns=[float(r) for r in returns],
+    )
+    return returns, per_agent
 
 
 def _video(

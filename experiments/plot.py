@@ -15,7 +15,7 @@ The figure (`<out>.png` and `<out>.svg`, default `plots/compare`) has one row
 per env: the learning curves (IQM over seeds at each evaluation, 95 %
 stratified-bootstrap band, against env steps) and the final returns (IQM of the
 last evaluation with its 95 % CI as a horizontal interval). Strata are runs: a
-run's seeds are resampled within the run (see `experiments._stats.iqm_ci`).
+run's seeds are resampled within the run (see `experiments.stats.iqm_ci`).
 
 Rules:
 

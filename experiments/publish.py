@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments._errors import PublishError
-from experiments._versions import versions
+from experiments.versions import versions
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -148,20 +148,88 @@ def publish_pair(
 ) -> dict:
     """Train, select, measure and (when it reaches the target and passed the
     held-out check) write one pair. **Returns:** its `index.json` entry."""
-    import jax.random as jr
-    import numpy as np
-
     import experiments
-    import runners
     import zoo
-    from zoo._pretrained import file_stem
 
     tuned = experiments.tuned(agent_name, env_name)
-    agent = zoo.make(agent_name, **tuned.hp)
-    env = tuned.make_env()
     seeds = seeds_for(env_name)
     target, target_source = TARGETS[env_name]
     t0 = time.perf_counter()
+    agent, env, state, best, select_means, returns = _train_and_select(tuned, seeds)
+    mean = float(returns.mean())
+    entry: dict[str, Any] = {
+        "agent": agent_name,
+        "env": env_name,
+        "return_mean": round(mean, 4),
+        "target": target,
+        "seed_means": [round(float(m), 4) for m in select_means],
+    }
+    failed = held_out_failure(agent_name, env_name) if held_out else None
+    if failed is None and mean < target:
+        failed = (
+            f"its best of {seeds} seeds returned {mean:.1f} over {EPISODES} "
+            f"episodes, short of the target {target:g} ({target_source})"
+        )
+    elif failed is not None:
+        failed = f"the held-out check: {failed}"
+    stem = out / zoo.pretrained_stem(agent_name, env_name)
+    entry["shipped"] = failed is None
+    if failed is not None:
+        entry["reason"] = failed
+        for suffix in (".eqx", ".json"):
+            stem.with_name(stem.name + suffix).unlink(missing_ok=True)
+    else:
+        space = (env.observation_space, env.action_space)
+        zoo.save(stem.with_name(stem.name + ".eqx"), agent, state, *space)
+        prov = _provenance(tuned, seeds, best, returns, head)
+        write_json(stem.with_name(stem.name + ".json"), prov)
+    entry["seconds"] = round(time.perf_counter() - t0, 1)
+    return entry
+
+
+def _provenance(tuned: Any, seeds: int, best: int, returns: Any, head: str) -> dict:
+    """What the shipped agent's JSON records: how it was trained, chosen and
+    measured."""
+    target, target_source = TARGETS[tuned.env]
+    return {
+        "agent": tuned.agent,
+        "env": tuned.env,
+        "command": f"python -m experiments.publish {tuned.agent}:{tuned.env}",
+        "hp": tuned.hp,
+        "env_params": tuned.env_params,
+        "total_steps": tuned.run["total_steps"],
+        "num_envs": tuned.run["num_envs"],
+        "train_key": f"jr.split(jr.PRNGKey({TRAIN_KEY}), {seeds})[{best}]",
+        "seed": best,
+        "num_seeds": seeds,
+        "selected_by": (
+            f"best mean greedy return over {EPISODES} episodes with "
+            f"runners.evaluate(key=jr.PRNGKey({SELECT_KEY})) (all seeds)"
+        ),
+        "eval_key": EVAL_KEY,
+        "episodes": EPISODES,
+        "return_mean": round(float(returns.mean()), 4),
+        "return_std": round(float(returns.std()), 4),
+        "return_min": round(float(returns.min()), 4),
+        "target": target,
+        "target_source": target_source,
+        "commit": head,
+        "versions": versions(),
+    }
+
+
+def _train_and_select(tuned: Any, seeds: int) -> tuple:
+    """Train `seeds` seeds of the tuned pair; pick the best on `SELECT_KEY`'s
+    episodes and measure it on `EVAL_KEY`'s: `(agent, env, its state, its seed,
+    every seed's selection mean, its returns)`."""
+    import jax.random as jr
+    import numpy as np
+
+    import runners
+    import zoo
+
+    agent = zoo.make(tuned.agent, **tuned.hp)
+    env = tuned.make_env()
     result = runners.run(
         agent,
         env,
@@ -183,62 +251,7 @@ def publish_pair(
             agent, state, env, key=jr.PRNGKey(EVAL_KEY), num_episodes=EPISODES
         )
     )
-    mean = float(returns.mean())
-    entry: dict[str, Any] = {
-        "agent": agent_name,
-        "env": env_name,
-        "return_mean": round(mean, 4),
-        "target": target,
-        "seed_means": [round(float(m), 4) for m in select_means],
-    }
-    stem = file_stem(agent_name, env_name)
-    failed = held_out_failure(agent_name, env_name) if held_out else None
-    if failed is not None:
-        entry["shipped"] = False
-        entry["reason"] = f"the held-out check: {failed}"
-        for suffix in (".eqx", ".json"):
-            (out / f"{stem}{suffix}").unlink(missing_ok=True)
-    elif mean < target:
-        entry["shipped"] = False
-        entry["reason"] = (
-            f"its best of {seeds} seeds returned {mean:.1f} over {EPISODES} "
-            f"episodes, short of the target {target:g} ({target_source})"
-        )
-        for suffix in (".eqx", ".json"):
-            (out / f"{stem}{suffix}").unlink(missing_ok=True)
-    else:
-        entry["shipped"] = True
-        zoo.save(
-            out / f"{stem}.eqx", agent, state, env.observation_space, env.action_space
-        )
-        prov = {
-            "agent": agent_name,
-            "env": env_name,
-            "command": f"python -m experiments.publish {agent_name}:{env_name}",
-            "hp": tuned.hp,
-            "env_params": tuned.env_params,
-            "total_steps": tuned.run["total_steps"],
-            "num_envs": tuned.run["num_envs"],
-            "train_key": f"jr.split(jr.PRNGKey({TRAIN_KEY}), {seeds})[{best}]",
-            "seed": best,
-            "num_seeds": seeds,
-            "selected_by": (
-                f"best mean greedy return over {EPISODES} episodes with "
-                f"runners.evaluate(key=jr.PRNGKey({SELECT_KEY})) (all seeds)"
-            ),
-            "eval_key": EVAL_KEY,
-            "episodes": EPISODES,
-            "return_mean": round(mean, 4),
-            "return_std": round(float(returns.std()), 4),
-            "return_min": round(float(returns.min()), 4),
-            "target": target,
-            "target_source": target_source,
-            "commit": head,
-            "versions": versions(),
-        }
-        write_json(out / f"{stem}.json", prov)
-    entry["seconds"] = round(time.perf_counter() - t0, 1)
-    return entry
+    return agent, env, state, best, select_means, returns
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -276,7 +289,7 @@ def update_docs(index: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from zoo._pretrained import DIR, INDEX
+    from zoo import PRETRAINED_DIR, PRETRAINED_INDEX
 
     parser = argparse.ArgumentParser(
         prog="python -m experiments.publish",
@@ -286,7 +299,10 @@ def main(argv: list[str] | None = None) -> int:
         "pairs", nargs="*", metavar="AGENT:ENV", help="pairs to publish (default: all)"
     )
     parser.add_argument(
-        "--out", type=Path, default=DIR, help=f"folder of the files (default {DIR})"
+        "--out",
+        type=Path,
+        default=PRETRAINED_DIR,
+        help=f"folder of the files (default {PRETRAINED_DIR})",
     )
     parser.add_argument(
         "--ignore-held-out",
@@ -309,11 +325,11 @@ def main(argv: list[str] | None = None) -> int:
     except PublishError as error:
         print(f"publish: {error}", file=sys.stderr)
         return 2
-    from experiments import _jax_setup
+    from experiments import jax_setup
 
-    _jax_setup.set_xla_flags()  # the flags every equizoo run trains with
-    _jax_setup.enable_compilation_cache()
-    index_path = args.out / INDEX
+    jax_setup.set_xla_flags()  # the flags every equizoo run trains with
+    jax_setup.enable_compilation_cache()
+    index_path = args.out / PRETRAINED_INDEX
     index = json.loads(index_path.read_text()) if index_path.is_file() else {}
     for i, (agent, env) in enumerate(pairs, 1):
         print(f"[{i}/{len(pairs)}] {agent} on {env} ...", flush=True)
@@ -329,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{verdict}, {seconds:.0f} s",
             flush=True,
         )
-    if args.out.resolve() == DIR.resolve() and DOCS.is_file():
+    if args.out.resolve() == PRETRAINED_DIR.resolve() and DOCS.is_file():
         update_docs(dict(sorted(index.items())))
     return 0
 

@@ -143,27 +143,7 @@ def _summary(
     """The trials' table (Markdown) and the study's record (`best.json`): the
     sweep's command, the trials completed and the best trial (the highest IQM
     over its seeds: what a search maximises), or `None` when none completed."""
-    rows = []
-    for slot_dir in sorted((folder / "trials").glob("[0-9]*")):
-        attempts = _attempts(slot_dir)
-        if not attempts:
-            continue
-        _, path, record = attempts[-1]
-        config = json.loads((path / "config.json").read_text())
-        flat = _flatten(config)
-        rows.append(
-            {
-                "trial": int(slot_dir.name),
-                **{k: flat.get(k) for k in keys},
-                "status": record.get("status"),
-                "iqm": attempt_value(path, record),
-                "worst": attempt_worst(path, record),
-                "result": record.get("result"),
-                "num_seeds": flat.get("num_seeds"),
-                "attempts": len(attempts),
-                "run": str(path),
-            }
-        )
+    rows = _trial_rows(folder, keys)
     done = [r for r in rows if isinstance(r["iqm"], int | float)]
     best = max(done, key=lambda r: r["iqm"]) if done else None
     columns = ["trial", *keys, "status", "iqm", "worst", "result", "attempts", "run"]
@@ -205,6 +185,32 @@ def _summary(
     return "\n".join(lines), study
 
 
+def _trial_rows(folder: Path, keys: list[str]) -> list[dict[str, Any]]:
+    """One row per trial with a run: its values of `keys`, its last attempt's
+    status, IQM, worst seed and mean, and how many attempts it took."""
+    rows = []
+    for slot_dir in sorted((folder / "trials").glob("[0-9]*")):
+        attempts = _attempts(slot_dir)
+        if not attempts:
+            continue
+        _, path, record = attempts[-1]
+        flat = _flatten(json.loads((path / "config.json").read_text()))
+        rows.append(
+            {
+                "trial": int(slot_dir.name),
+                **{k: flat.get(k) for k in keys},
+                "status": record.get("status"),
+                "iqm": attempt_value(path, record),
+                "worst": attempt_worst(path, record),
+                "result": record.get("result"),
+                "num_seeds": flat.get("num_seeds"),
+                "attempts": len(attempts),
+                "run": str(path),
+            }
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     """Launch (or continue) a sweep; print its table and best trial.
 
@@ -224,6 +230,27 @@ def main(argv: list[str] | None = None) -> int:
             fixed_args.append(f"num_seeds={MIN_SEEDS}")  # as the trials train
         fixed = search_seeds(fixed, search)
     spec = {"fixed": fixed, "grid": grid, "search": search, "trials": args.trials}
+    folder = _folder(args, spec, updates)
+    executor = _executor(args, folder)
+    if grid:
+        total, launch, to_run = _grid_jobs(args, folder, fixed, grid)
+    else:
+        total, launch, to_run = _search_jobs(args, folder, fixed, search)
+    workers = len(launch[1])
+    print(
+        f"Sweep in {folder}: {total} trial(s), {to_run} to run on {workers} "
+        f"{executor.cluster} worker job(s)",
+        file=sys.stderr,
+        flush=True,
+    )
+    if workers:
+        _follow(executor.map_array(*launch), folder, total)
+    return _report(folder, list(grid or search), fixed_args, command, total)
+
+
+def _folder(args: argparse.Namespace, spec: dict[str, Any], updates: list[str]) -> Path:
+    """The sweep's folder, with its `sweep.json`: a relaunch must be the same
+    sweep. Every trial's config is checked (`validate`) before it is made."""
     digest = hashlib.sha1(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
     folder = Path(args.folder or f"sweeps/sweep-{digest}").resolve()
     spec_file = folder / SPEC_FILE
@@ -234,59 +261,66 @@ def main(argv: list[str] | None = None) -> int:
                 f"--folder {folder} holds another sweep ({spec_file}); relaunch it "
                 "with the same arguments, or choose another folder"
             )
-    points = grid_points(grid) if grid else _bounds(search)
-    validate(fixed, points)
+    grid, search = spec["grid"], spec["search"]
+    validate(spec["fixed"], grid_points(grid) if grid else _bounds(search))
     folder.mkdir(parents=True, exist_ok=True)
     spec_file.write_text(json.dumps({**spec, "updates": updates}, indent=2) + "\n")
+    return folder
 
-    executor = _executor(args, folder)
-    if grid:
-        pending = []
-        for slot, params in enumerate(points):
-            status, _, _ = trial_state(folder / "trials" / f"{slot:04d}")
-            if status not in ("COMPLETED", "FAILED"):
-                pending.append((slot, trial_updates(fixed, params)))
-        total = len(points)
-        workers = min(args.workers, len(pending))
-        shares = [pending[w::workers] for w in range(workers)]
-        launch = (
-            grid_worker,
-            [str(folder)] * workers,
-            shares,
-            [args.mongo_db] * workers,
-        )
-        keys = list(grid)
-    else:
-        study = _study(str(folder), args.seed)
-        enqueued = _resume_search(study, folder)
-        slots = {
-            t.user_attrs.get("slot", t.number) for t in study.get_trials(deepcopy=False)
-        }
-        assert args.trials is not None
-        total = args.trials
-        todo = enqueued + max(0, total - len(slots))
-        workers = min(args.workers, todo)
-        shares = [todo // workers + (w < todo % workers) for w in range(workers)]
-        launch = (
-            search_worker,
-            [str(folder)] * workers,
-            [fixed] * workers,
-            [search] * workers,
-            shares,
-            [args.seed + 1 + w + 7919 * len(slots) for w in range(workers)],
-            [args.mongo_db] * workers,
-        )
-        keys = list(search)
-    to_run = sum(len(s) if isinstance(s, list) else s for s in shares)
-    print(
-        f"Sweep in {folder}: {total} trial(s), {to_run} to run on {workers} "
-        f"{executor.cluster} worker job(s)",
-        file=sys.stderr,
-        flush=True,
+
+def _grid_jobs(
+    args: argparse.Namespace,
+    folder: Path,
+    fixed: dict[str, Any],
+    grid: dict[str, Any],
+) -> tuple[int, tuple, int]:
+    """`(trials, map_array's arguments, trials to run)`: the grid points not yet
+    run, shared out between the workers."""
+    points = grid_points(grid)
+    pending = []
+    for slot, params in enumerate(points):
+        status, _, _ = trial_state(folder / "trials" / f"{slot:04d}")
+        if status not in ("COMPLETED", "FAILED"):
+            pending.append((slot, trial_updates(fixed, params)))
+    workers = min(args.workers, len(pending))
+    shares = [pending[w::workers] for w in range(workers)]
+    launch = (grid_worker, [str(folder)] * workers, shares, [args.mongo_db] * workers)
+    return len(points), launch, len(pending)
+
+
+def _search_jobs(
+    args: argparse.Namespace,
+    folder: Path,
+    fixed: dict[str, Any],
+    search: dict[str, Any],
+) -> tuple[int, tuple, int]:
+    """`(trials, map_array's arguments, trials to run)`: the Optuna trials
+    still to run (interrupted ones first), shared out between the workers."""
+    study = _study(str(folder), args.seed)
+    enqueued = _resume_search(study, folder)
+    slots = {
+        t.user_attrs.get("slot", t.number) for t in study.get_trials(deepcopy=False)
+    }
+    assert args.trials is not None
+    todo = enqueued + max(0, args.trials - len(slots))
+    workers = min(args.workers, todo)
+    shares = [todo // workers + (w < todo % workers) for w in range(workers)]
+    launch = (
+        search_worker,
+        [str(folder)] * workers,
+        [fixed] * workers,
+        [search] * workers,
+        shares,
+        [args.seed + 1 + w + 7919 * len(slots) for w in range(workers)],
+        [args.mongo_db] * workers,
     )
-    if workers:
-        jobs = executor.map_array(*launch)
-        _follow(jobs, folder, total)
+    return args.trials, launch, sum(shares)
+
+
+def _report(
+    folder: Path, keys: list[str], fixed_args: list[str], command: str, total: int
+) -> int:
+    """Print the trial table and the best trial; the exit status."""
     table, study = _summary(folder, keys, fixed_args, command)
     print(table, flush=True)
     statuses = json.loads((folder / "summary.json").read_text())["trials"]

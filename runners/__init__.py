@@ -13,7 +13,13 @@ from ._checkpoint import (
     structure as structure,
     verify_checkpoint as verify_checkpoint,
 )
-from ._evaluate import evaluate as evaluate
+from ._evaluate import evaluate as evaluate, play_step as play_step
+from ._hparams import (
+    check_sweep as check_sweep,
+    grid as grid,
+    sweepable as sweepable,
+    with_hparams as with_hparams,
+)
 from ._run import (
     NonFiniteError as NonFiniteError,
     PeerLostError as PeerLostError,
@@ -27,12 +33,6 @@ from ._state import (
     init_seeds as init_seeds,
     seed_state as seed_state,
     state_template as state_template,
-)
-from ._sweep import (
-    check_sweep as check_sweep,
-    grid as grid,
-    sweepable as sweepable,
-    with_hparams as with_hparams,
 )
 from ._train import (
     TrainState as TrainState,

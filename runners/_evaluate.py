@@ -4,12 +4,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float, PRNGKeyArray, PyTree
+from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
 from envs import AbstractEnv, AbstractMultiAgentEnv, AbstractWrapper
 from zoo import AbstractAgent, AbstractLearners
 
-from . import _multi
+from . import _multi_agent
 from ._train import Agent, Env, TrainState
 
 
@@ -46,11 +46,11 @@ def evaluate(
 
     **Raises:** `ValueError` for a `TrainState` with more than one leading axis.
     """
-    _multi.check_pair(agent, env)
+    _multi_agent.check_pair(agent, env)
     if isinstance(agent, AbstractLearners):
         assert isinstance(env, AbstractMultiAgentEnv)
         learners, multi_env = agent, env
-        play = lambda s, k: _multi.play(
+        play = lambda s, k: _multi_agent.play(
             learners, s, multi_env, k, num_episodes, max_steps, greedy
         )
     else:
@@ -94,13 +94,9 @@ def _play(
 
     def body(carry):
         obs, env_state, returns, done, t = carry
-        k_act, k_env = jr.split(jr.fold_in(k_loop, t))
-        action, _ = jax.vmap(lambda o, k: agent.act(state, o, key=k, greedy=greedy))(
-            obs, jr.split(k_act, num_episodes)
+        obs, env_state, reward, terminated, truncated = play_step(
+            agent, state, env, k_loop, t, obs, env_state, greedy=greedy
         )
-        obs, env_state, reward, terminated, truncated, _ = jax.vmap(
-            lambda k, s, a: _step(env, k, s, a)
-        )(jr.split(k_env, num_episodes), env_state, action)
         returns = returns + jnp.where(done, 0.0, reward)
         done = done | terminated | truncated
         return obs, env_state, returns, done, t + 1
@@ -108,6 +104,36 @@ def _play(
     carry = (obs, env_state, returns, done, jnp.array(0))
     _, _, returns, _, _ = jax.lax.while_loop(cond, body, carry)
     return returns
+
+
+def play_step(
+    agent: AbstractAgent,
+    agent_state: PyTree,
+    env: AbstractEnv,
+    key: PRNGKeyArray,
+    t: Int[Array, ""],
+    obs: PyTree,
+    env_state: PyTree,
+    *,
+    greedy: bool = True,
+) -> tuple[PyTree, PyTree, Array, Array, Array]:
+    """Step `t` of episodes played in parallel (a leading episode axis on `obs`
+    and `env_state`), as `runners.evaluate` plays them: the agent acts with
+    `jr.fold_in(key, t)`'s keys and the env steps without its auto-reset.
+
+    **Returns:** `(obs, env_state, reward, terminated, truncated)` after the step,
+    per episode. After its end an episode's steps mean nothing: callers mask
+    them (as `evaluate` does, and `experiments`' filming).
+    """
+    num_episodes = jax.tree.leaves(obs)[0].shape[0]
+    k_act, k_env = jr.split(jr.fold_in(key, t))
+    action, _ = jax.vmap(lambda o, k: agent.act(agent_state, o, key=k, greedy=greedy))(
+        obs, jr.split(k_act, num_episodes)
+    )
+    obs, env_state, reward, terminated, truncated, _ = jax.vmap(
+        lambda k, s, a: _step(env, k, s, a)
+    )(jr.split(k_env, num_episodes), env_state, action)
+    return obs, env_state, reward, terminated, truncated
 
 
 def _step(env: AbstractEnv, key: PRNGKeyArray, state: PyTree, action: Array):

@@ -9,7 +9,7 @@ import jax
 import jax.random as jr
 from jaxtyping import Array, Float, Key, PyTree, UInt32
 
-from ._sweep import with_hparams
+from ._hparams import with_hparams
 from ._train import Agent, Env, TrainState, init
 
 T = TypeVar("T")

@@ -11,7 +11,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 from envs import AbstractEnv, AbstractMultiAgentEnv, EpisodeStatistics
 from zoo import AbstractAgent, AbstractLearners, Transition
 
-from . import _multi
+from . import _multi_agent
 
 # A zoo agent on a single-agent env, or learners (`zoo.Shared`,
 # `zoo.Independent`) on a multi-agent env.
@@ -49,7 +49,7 @@ def validate(agent: Agent, env: Env, num_envs: int, total_steps: int) -> None:
         raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
     if not isinstance(total_steps, int) or total_steps <= 0:
         raise ValueError(f"total_steps must be a positive integer, got {total_steps!r}")
-    if _multi.check_pair(agent, env):
+    if _multi_agent.check_pair(agent, env):
         assert isinstance(agent, AbstractLearners)
         assert isinstance(env, AbstractMultiAgentEnv)
         agent.check(env, num_envs)
@@ -74,7 +74,7 @@ def init(
     """The state a run starts from: fresh agent state, empty memory, reset envs."""
     validate(agent, env, num_envs, total_steps)
     if isinstance(agent, AbstractLearners):
-        return _multi.init(
+        return _multi_agent.init(
             agent,
             env,
             key=key,
@@ -127,7 +127,7 @@ def _iteration(agent: Agent, env: Any, state: TrainState):
     metrics add `episode_return_sum.<agent>`, and `episode_return_sum` sums the
     agents')."""
     multi = isinstance(agent, AbstractLearners)
-    step_fn = _multi.transition if multi else _transition
+    step_fn = _multi_agent.transition if multi else _transition
     # A zoo agent and learners `update` and `observe` alike; only their
     # trajectories' types differ (one `Transition`, or one per agent name).
     learner: Any = agent
@@ -185,7 +185,7 @@ def train_chunk(
     agent: Agent, env: Env, state: TrainState, num_iterations: int
 ) -> tuple[TrainState, dict[str, Float[Array, " iterations"]]]:
     """Run `num_iterations` iterations in one `lax.scan`; metrics are stacked."""
-    # Multi-agent envs keep their episode statistics per agent (`_multi.step`).
+    # Multi-agent envs keep their episode statistics per agent (`_multi_agent.step`).
     inner = env if isinstance(env, AbstractMultiAgentEnv) else _wrap(env)
     return jax.lax.scan(
         lambda s, _: _iteration(agent, inner, s), state, None, length=num_iterations

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import runners
-from experiments import _stats, _trials, sweep
+from experiments import _trials, stats, sweep
 from experiments._errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,7 +108,7 @@ def test_a_trial_on_disk_gives_its_iqm_and_old_records_their_mean(tmp_path):
     recorded = record("0000", {"final_returns": finals, "return_iqm": 2.5})
     assert _trials.trial_state(recorded)[:2] == ("COMPLETED", 2.5)
     per_seed = record("0001", {"final_returns": finals, "wall_s": 1.0})
-    assert _trials.trial_state(per_seed)[1] == float(_stats.iqm(finals)) == 2.5
+    assert _trials.trial_state(per_seed)[1] == float(stats.iqm(finals)) == 2.5
     old = record("0002", {"wall_s": 1.0})
     assert _trials.trial_state(old)[1] == 26.5
     assert _trials.trial_state(record("0003", None))[1] == 26.5
@@ -182,7 +182,7 @@ def test_optuna_study_of_six_trials_across_two_workers(workdir, capsys):
         info = json.loads((run_dir / "info.json").read_text())
         finals = info["final_returns"]
         assert len(finals) == 4 and all(isinstance(r, float) for r in finals)
-        assert trial.value == info["return_iqm"] == float(_stats.iqm(finals))
+        assert trial.value == info["return_iqm"] == float(stats.iqm(finals))
         result = json.loads((run_dir / "run.json").read_text())["result"]
         assert result == pytest.approx(sum(finals) / 4, rel=1e-6)
     # Both workers took trials: two submitit jobs ran.

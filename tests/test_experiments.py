@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments import _config, _stats, configs
+from experiments import _config, _spec, configs, stats
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["total_steps=2000", "eval_episodes=4", "progress=True"]
@@ -74,7 +74,7 @@ def test_cli_run_record(cli_run):
     # search maximises); the result stays their mean.
     finals = info["final_returns"]
     assert len(finals) == 2 and all(isinstance(r, float) for r in finals)
-    assert info["return_iqm"] == float(_stats.iqm(finals))
+    assert info["return_iqm"] == float(stats.iqm(finals))
     assert math.isclose(sum(finals) / 2, run["result"], rel_tol=1e-6)
 
 
@@ -231,7 +231,7 @@ def test_tuned_configs_load_and_validate(agent, env):
         if key in block:
             assert config[key] == block[key]
     assert config["env_params"] == block.get("env_params", {})
-    assert _config.validate(config) == []
+    assert _spec.validate(config) == []
 
 
 def test_minatar_blocks_train_with_sticky_actions_unless_overridden():
@@ -277,7 +277,7 @@ def test_untuned_pair_falls_back_with_a_warning(caplog):
     defaults = zoo.hyperparameters("ppo")
     assert config["hp"]["learning_rate"] == defaults["learning_rate"]
     assert config["total_steps"] == _config.FALLBACK_RUN["total_steps"]
-    assert _config.validate(config) == [
+    assert _spec.validate(config) == [
         "no tuned config for ppo on MountainCarContinuous-v0 "
         f"(experiments/configs/ppo.yaml has {sorted(configs.blocks('ppo'))}); "
         "using the agent's default hyperparameters"

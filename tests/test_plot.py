@@ -1,4 +1,4 @@
-"""`experiments._stats` (IQM, stratified bootstrap CI) and `experiments.plot` on
+"""`experiments.stats` (IQM, stratified bootstrap CI) and `experiments.plot` on
 synthetic run folders written as Sacred's FileStorageObserver writes them."""
 
 import json
@@ -9,15 +9,15 @@ import sys
 import numpy as np
 import pytest
 
-from experiments import _compare, _stats, plot
+from experiments import _compare, plot, stats
 
 # --- statistics ---------------------------------------------------------------
 
 
 def test_iqm_is_the_mean_of_the_middle_half():
     x = np.array([-200.0, 10, 1, 3, 2, 4, 5, 900])
-    assert _stats.iqm(x) == pytest.approx((2 + 3 + 4 + 5) / 4)
-    both = _stats.iqm(np.stack([x, x + 1]), axis=1)
+    assert stats.iqm(x) == pytest.approx((2 + 3 + 4 + 5) / 4)
+    both = stats.iqm(np.stack([x, x + 1]), axis=1)
     np.testing.assert_allclose(both, [3.5, 4.5])
 
 
@@ -31,32 +31,32 @@ def test_iqm_is_scipys_trim_mean_to_the_bit():
         for dtype in ("float32", "float64", "int64"):
             x = (rng.normal(size=(3, n)) * 100).astype(dtype)
             for axis in (-1, 0):
-                ours, theirs = _stats.iqm(x, axis), trim_mean(x, 0.25, axis=axis)
+                ours, theirs = stats.iqm(x, axis), trim_mean(x, 0.25, axis=axis)
                 assert ours.dtype == np.asarray(theirs).dtype
                 np.testing.assert_array_equal(ours, theirs)
-    assert _stats.iqm([3.0]) == 3.0 and math.isnan(_stats.iqm([]))
+    assert stats.iqm([3.0]) == 3.0 and math.isnan(stats.iqm([]))
 
 
 def test_ci_contains_the_iqm_and_narrows_with_more_seeds():
     rng = np.random.default_rng(1)
     few, many = rng.normal(100, 10, 8), rng.normal(100, 10, 64)
-    low, high = _stats.iqm_ci([few])
-    assert low <= _stats.iqm(few) <= high
-    low_many, high_many = _stats.iqm_ci([many])
+    low, high = stats.iqm_ci([few])
+    assert low <= stats.iqm(few) <= high
+    low_many, high_many = stats.iqm_ci([many])
     assert high_many - low_many < high - low
-    assert _stats.iqm_ci([[500.0] * 8, [500.0] * 3]) == (500.0, 500.0)
+    assert stats.iqm_ci([[500.0] * 8, [500.0] * 3]) == (500.0, 500.0)
 
 
 def test_each_stratum_is_resampled_only_within_itself():
     # Two constant strata: every resample pools four 0s and four 10s.
-    assert _stats.iqm_ci([[0.0] * 4, [10.0] * 4]) == (5.0, 5.0)
+    assert stats.iqm_ci([[0.0] * 4, [10.0] * 4]) == (5.0, 5.0)
     # Sizes are kept: two 0s and six 10s, whose middle half is all 10s.
-    assert _stats.iqm_ci([[0.0] * 2, [10.0] * 6]) == (10.0, 10.0)
+    assert stats.iqm_ci([[0.0] * 2, [10.0] * 6]) == (10.0, 10.0)
     # Two values from each stratum: the middle two are one low, one high, so
     # the IQM lies in [50, 51]; a pooled bootstrap would reach 0 or 101.
-    low, high = _stats.iqm_ci([[0.0, 1.0], [100.0, 101.0]])
+    low, high = stats.iqm_ci([[0.0, 1.0], [100.0, 101.0]])
     assert 50 <= low < high <= 51
-    pooled = _stats.iqm_ci([[0.0, 1.0, 100.0, 101.0]])
+    pooled = stats.iqm_ci([[0.0, 1.0, 100.0, 101.0]])
     assert pooled[0] < 10 and pooled[1] > 90
 
 
@@ -65,10 +65,10 @@ def test_one_stratum_is_scipys_percentile_bootstrap():
 
     x = np.random.default_rng(2).normal(0, 1, 10)
     for seed in (0, 3):
-        ours = _stats.iqm_ci([x], level=0.9, resamples=2_000, seed=seed)
+        ours = stats.iqm_ci([x], level=0.9, resamples=2_000, seed=seed)
         theirs = bootstrap(
             (x,),
-            _stats.iqm,
+            stats.iqm,
             confidence_level=0.9,
             n_resamples=2_000,
             method="percentile",
@@ -76,17 +76,17 @@ def test_one_stratum_is_scipys_percentile_bootstrap():
             rng=np.random.default_rng(seed),
         ).confidence_interval
         np.testing.assert_allclose(ours, (theirs.low, theirs.high), rtol=1e-9)
-    assert _stats.iqm_ci([x], seed=5) == _stats.iqm_ci([x], seed=5)
-    assert _stats.iqm_ci([x], seed=5) != _stats.iqm_ci([x], seed=6)
+    assert stats.iqm_ci([x], seed=5) == stats.iqm_ci([x], seed=5)
+    assert stats.iqm_ci([x], seed=5) != stats.iqm_ci([x], seed=6)
 
 
 def test_bad_strata_are_refused():
     with pytest.raises(ValueError, match=r"one per stratum.*\[x\]"):
-        _stats.iqm_ci([1.0, 2.0, 3.0])  # a flat array, not a list of strata
+        stats.iqm_ci([1.0, 2.0, 3.0])  # a flat array, not a list of strata
     with pytest.raises(ValueError, match="empty"):
-        _stats.iqm_ci([[1.0, 2.0], []])
+        stats.iqm_ci([[1.0, 2.0], []])
     with pytest.raises(ValueError, match="non-finite"):
-        _stats.iqm_ci([[1.0, math.nan]])
+        stats.iqm_ci([[1.0, math.nan]])
 
 
 # --- run folders as Sacred writes them ----------------------------------------
@@ -189,7 +189,7 @@ def test_compare_groups_pools_seeds_and_writes_png_and_svg(tmp_path):
         for m, n in zip(finals, (3, 2), strict=True)
         for i in range(n)
     ]
-    assert ppo["final_iqm"] == pytest.approx(float(_stats.iqm(np.array(pooled))))
+    assert ppo["final_iqm"] == pytest.approx(float(stats.iqm(np.array(pooled))))
     low, high = ppo["final_ci"]
     assert low <= ppo["final_iqm"] <= high
     bands = zip(ppo["low"], ppo["iqm"], ppo["high"], strict=True)

@@ -381,7 +381,7 @@ def test_lower_gives_the_programs_a_run_compiles_without_running_them():
 
 
 def test_canonical_lowering_does_not_depend_on_function_names():
-    from runners._run import canonical
+    from runners._compile import canonical
 
     def module(names, calls):
         body = "".join(

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 import zoo
-from experiments import _sweep
+from experiments import _members
 from experiments.run import ConfigError, ex
 
 TINY = {"total_steps": 4096, "eval_episodes": 4, "progress": False}
@@ -18,7 +18,7 @@ def _resolve(**updates):
 
 def test_grid_and_random_members():
     agent = zoo.make("ppo")
-    members = _sweep.members(
+    members = _members.members(
         agent,
         {"gamma": [0.98, 0.99], "learning_rate": "loguniform(1e-4,1e-2)"},
         samples=3,
@@ -28,9 +28,9 @@ def test_grid_and_random_members():
     assert [m["gamma"] for m in members] == [0.98] * 3 + [0.99] * 3
     rates = [m["learning_rate"] for m in members]
     assert rates[:3] == rates[3:] and all(1e-4 <= r <= 1e-2 for r in rates)
-    programs = _sweep.programs(
+    programs = _members.programs(
         agent,
-        _sweep.members(agent, {"hidden_sizes": [[8], [16]], "gamma": [0.9]}, 0, 0),
+        _members.members(agent, {"hidden_sizes": [[8], [16]], "gamma": [0.9]}, 0, 0),
     )
     assert [p.static for p in programs] == [
         {"hidden_sizes": [8]},

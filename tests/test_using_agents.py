@@ -37,7 +37,7 @@ def test_pretrained_lists_and_refuses_unknown_pairs():
         zoo.pretrained("ppo", "Nope-v0")
     with pytest.raises(ValueError, match="pass both agent and env"):
         zoo.pretrained("ppo")
-    index = json.loads((zoo._pretrained.DIR / "index.json").read_text())
+    index = json.loads((zoo.PRETRAINED_DIR / zoo.PRETRAINED_INDEX).read_text())
     unshipped = [v for v in index.values() if not v["shipped"]]
     # A pair tried but not shipped says why: short of its target, or the
     # benchmark table's held-out check.

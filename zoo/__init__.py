@@ -19,7 +19,7 @@ from ._memory import (
     Sample as Sample,
     Transition as Transition,
 )
-from ._multi import (
+from ._multi_agent import (
     AbstractLearners as AbstractLearners,
     Independent as Independent,
     Shared as Shared,
@@ -52,7 +52,13 @@ from ._on_policy import (
 )
 from ._ppo import PPO as PPO, PPOState as PPOState
 from ._pqn import PQN as PQN, PQNState as PQNState, lambda_returns as lambda_returns
-from ._pretrained import pretrained as pretrained, provenance as provenance
+from ._pretrained import (
+    PRETRAINED_DIR as PRETRAINED_DIR,
+    PRETRAINED_INDEX as PRETRAINED_INDEX,
+    pretrained as pretrained,
+    pretrained_stem as pretrained_stem,
+    provenance as provenance,
+)
 from ._prioritized import (
     PrioritizedReplay as PrioritizedReplay,
     PrioritizedReplayState as PrioritizedReplayState,

@@ -15,22 +15,26 @@ from jaxtyping import PyTree
 
 from ._agent import AbstractAgent
 
-DIR = Path(__file__).resolve().parent / "pretrained"
-INDEX = "index.json"
+PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
+"""The folder of the shipped agents (`python -m experiments.publish` writes it)."""
+PRETRAINED_INDEX = "index.json"
+"""The name of the file in `PRETRAINED_DIR` that lists what it holds."""
 
 
-def file_stem(agent: str, env: str) -> str:
+def pretrained_stem(agent: str, env: str) -> str:
+    """The name, without extension, of the files of `agent` on `env` in
+    `zoo.PRETRAINED_DIR`."""
     return f"{agent}__{env.replace('/', '_')}"
 
 
-def _index(folder: Path = DIR) -> dict[str, Any]:
-    path = folder / INDEX
+def _index(folder: Path = PRETRAINED_DIR) -> dict[str, Any]:
+    path = folder / PRETRAINED_INDEX
     if not path.is_file():
         return {}
     return json.loads(path.read_text())
 
 
-def available(folder: Path = DIR) -> list[tuple[str, str]]:
+def available(folder: Path = PRETRAINED_DIR) -> list[tuple[str, str]]:
     """The `(agent, env)` pairs shipped, sorted."""
     return sorted(
         (entry["agent"], entry["env"])
@@ -50,21 +54,23 @@ def _unknown(agent: str, env: str, folder: Path) -> str:
     return f"no pretrained {agent} on {env!r}; pretrained agents (agent:env): {have}"
 
 
-def provenance(agent: str, env: str, *, folder: Path = DIR) -> dict[str, Any]:
+def provenance(
+    agent: str, env: str, *, folder: Path = PRETRAINED_DIR
+) -> dict[str, Any]:
     """How the pretrained `agent` on `env` was made: the command that trained it,
     its seed, commit, library versions, and its greedy return over the recorded
     number of episodes with the recorded evaluation key.
 
     **Raises:** `ValueError` naming the available pairs for an unknown pair.
     """
-    path = folder / f"{file_stem(agent, env)}.json"
+    path = folder / f"{pretrained_stem(agent, env)}.json"
     if (agent, env) not in available(folder) or not path.is_file():
         raise ValueError(_unknown(agent, env, folder))
     return json.loads(path.read_text())
 
 
 def pretrained(
-    agent: str | None = None, env: str | None = None, *, folder: Path = DIR
+    agent: str | None = None, env: str | None = None, *, folder: Path = PRETRAINED_DIR
 ) -> Any:
     """A trained agent from the zoo, ready to act.
 
@@ -97,5 +103,7 @@ def pretrained(
     provenance(agent, env, folder=folder)  # raises for an unknown pair
     from ._serialise import load
 
-    loaded: tuple[AbstractAgent, PyTree] = load(folder / f"{file_stem(agent, env)}.eqx")
+    loaded: tuple[AbstractAgent, PyTree] = load(
+        folder / f"{pretrained_stem(agent, env)}.eqx"
+    )
     return loaded

@@ -23,7 +23,9 @@ Observations = dict[str, Shaped[Array, "..."]]
 Actions = Mapping[str, Shaped[ArrayLike, "..."]]
 Rewards = dict[str, Float[Array, ""]]
 Flags = dict[str, Bool[Array, ""]]
-ALL = "__all__"
+ALL_AGENTS = "__all__"
+"""The key of a multi-agent env's `terminated` and `truncated` that says the
+episode ended for every agent (JaxMARL's `"__all__"`)."""
 
 
 class AbstractMultiAgentEnv(eqx.Module, Generic[StateT]):
@@ -110,8 +112,8 @@ class AbstractMultiAgentEnv(eqx.Module, Generic[StateT]):
             obs,
             state,
             rewards,
-            {**term, ALL: all_term},
-            {**trunc, ALL: ended & ~all_term},
+            {**term, ALL_AGENTS: all_term},
+            {**trunc, ALL_AGENTS: ended & ~all_term},
             info,
         )
 

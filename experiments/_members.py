@@ -72,38 +72,11 @@ def members(
     empty list, a bad distribution, a distribution on a hyperparameter that is not
     a float, or `sweep_samples` without a distribution (or the reverse).
     """
-    import runners
-
     if not isinstance(sweep, dict):
         raise ConfigError(f"sweep: expected a dict of hyperparameters, got {sweep!r}")
     if type(samples) is not int or samples < 0:
         raise ConfigError(f"sweep_samples: expected an integer >= 0, got {samples!r}")
-    fields = {f.name for f in dataclasses.fields(agent)}
-    floats = set(runners.sweepable(agent))
-    grid: dict[str, list[Any]] = {}
-    random: dict[str, tuple[str, float, float]] = {}
-    for name, values in sweep.items():
-        if name not in fields:
-            raise ConfigError(
-                f"sweep.{name}: {type(agent).__name__} has no such hyperparameter; "
-                f"it has {sorted(fields)}"
-            )
-        if isinstance(values, str):
-            if name not in floats:
-                raise ConfigError(
-                    f"sweep.{name}: random search draws floats, and {name} is not "
-                    "one; give a list of values instead"
-                )
-            random[name] = _distribution(name, values)
-        elif isinstance(values, list | tuple):
-            if not values:
-                raise ConfigError(f"sweep.{name}: the list of values is empty")
-            grid[name] = list(values)
-        else:
-            raise ConfigError(
-                f"sweep.{name}: expected a list of values or loguniform(low,high) / "
-                f"uniform(low,high), got {values!r}"
-            )
+    grid, random = _split(agent, sweep)
     if random and samples == 0:
         raise ConfigError(
             f"sweep.{next(iter(random))} is a distribution: set sweep_samples=N "
@@ -132,6 +105,41 @@ def members(
         for point in itertools.product(*(grid[n] for n in names))
         for draw in draws
     ]
+
+
+def _split(
+    agent: Any, sweep: dict[str, Any]
+) -> tuple[dict[str, list[Any]], dict[str, tuple[str, float, float]]]:
+    """`(grid, distributions)` of the sweep's entries, each checked."""
+    import runners
+
+    fields = {f.name for f in dataclasses.fields(agent)}
+    floats = set(runners.sweepable(agent))
+    grid: dict[str, list[Any]] = {}
+    random: dict[str, tuple[str, float, float]] = {}
+    for name, values in sweep.items():
+        if name not in fields:
+            raise ConfigError(
+                f"sweep.{name}: {type(agent).__name__} has no such hyperparameter; "
+                f"it has {sorted(fields)}"
+            )
+        if isinstance(values, str):
+            if name not in floats:
+                raise ConfigError(
+                    f"sweep.{name}: random search draws floats, and {name} is not "
+                    "one; give a list of values instead"
+                )
+            random[name] = _distribution(name, values)
+        elif isinstance(values, list | tuple):
+            if not values:
+                raise ConfigError(f"sweep.{name}: the list of values is empty")
+            grid[name] = list(values)
+        else:
+            raise ConfigError(
+                f"sweep.{name}: expected a list of values or loguniform(low,high) / "
+                f"uniform(low,high), got {values!r}"
+            )
+    return grid, random
 
 
 def programs(agent: Any, sweep_members: list[dict[str, Any]]) -> list[Program]:

@@ -12,8 +12,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
-from envs import AbstractEnv, AbstractMultiAgentEnv
-from envs._multi import ALL
+from envs import ALL_AGENTS, AbstractEnv, AbstractMultiAgentEnv
 from zoo import AbstractAgent, AbstractLearners, Transition
 
 
@@ -70,7 +69,7 @@ def step(env: AbstractMultiAgentEnv, key: PRNGKeyArray, state: StatsState, actio
     obs, env_state, rewards, term, trunc, info = env.step(key, state.env_state, actions)
     returns = {a: state.returns[a] + rewards[a] for a in env.agents}
     length = state.length + 1
-    done = term[ALL] | trunc[ALL]
+    done = term[ALL_AGENTS] | trunc[ALL_AGENTS]
     info = {
         **info,
         "episode_return": returns,
@@ -148,7 +147,7 @@ def play(
             jr.split(k_env, num_episodes), env_state, actions
         )
         returns = {a: r + jnp.where(done, 0.0, rewards[a]) for a, r in returns.items()}
-        ended: Bool[Array, " episodes"] = term[ALL] | trunc[ALL]
+        ended: Bool[Array, " episodes"] = term[ALL_AGENTS] | trunc[ALL_AGENTS]
         return obs, env_state, returns, done | ended, t + 1
 
     carry = (obs, env_state, returns, done, jnp.array(0))

@@ -1,0 +1,32 @@
+"""The code's layers: benchmarks -> experiments -> runners -> zoo -> envs, with
+no import circle inside a package and no package importing another's private
+modules (tests may). Checked by import-linter (`lint-imports`, its contracts in
+pyproject.toml) and, for benchmarks/ (scripts, not a package), by
+benchmarks/code_facts.py."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_import_linter_contracts_are_kept():
+    lint = Path(sys.executable).parent / "lint-imports"
+    out = subprocess.run(
+        [str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "Contracts: 3 kept, 0 broken." in out.stdout
+
+
+def test_no_circles_and_no_private_imports_across_packages_or_from_benchmarks():
+    spec = importlib.util.spec_from_file_location(
+        "code_facts", ROOT / "benchmarks" / "code_facts.py"
+    )
+    assert spec is not None and spec.loader is not None
+    facts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(facts)
+    assert facts.circles() == []
+    assert facts.private_imports() == []
