@@ -52,6 +52,17 @@ def key(
     )
 
 
+def setting(
+    doc: str,
+    *,
+    default: Callable[[Mapping[str, Any]], Any],
+    check: Callable[[Any], None] | None = None,
+) -> Any:
+    """A key that says how a run is carried out, not what it computes: a
+    resumed run takes it anew (`key(..., resumed=False, may_change=True)`)."""
+    return key(doc, default=default, check=check, resumed=False, may_change=True)
+
+
 def _int(name: str) -> Callable[[Any], None]:
     def check(value: Any) -> None:
         if type(value) is not int:
@@ -205,14 +216,12 @@ class RunSpec:
         "members drawn for the distributions of `sweep` (random search)",
         default=lambda c: 0,
     )
-    devices: int | None = key(
+    devices: int | None = setting(
         "devices the runs (members x seeds) are sharded over: None (all) or a number",
         default=lambda c: None,
         check=_devices,
-        resumed=False,
-        may_change=True,
     )
-    distributed: dict[str, Any] = key(
+    distributed: dict[str, Any] = setting(
         "one run across processes (jax.distributed), each started with the same "
         "command and its own process_id; empty: from srun/mpirun's environment",
         default=lambda c: {
@@ -220,8 +229,6 @@ class RunSpec:
             "num_processes": None,
             "process_id": None,
         },
-        resumed=False,
-        may_change=True,
     )
     bitwise: bool = key(
         "the same numbers on any number of devices (CPU: trains ~1.1-1.5x slower)",
@@ -257,27 +264,21 @@ class RunSpec:
         "algorithm",
         default=lambda c: {},
     )
-    video: bool = key(
+    video: bool = setting(
         "a GIF (and MP4 with ffmpeg) of one greedy episode of the final policy "
         "(seed 0), an artifact of the record; for envs that render",
         default=lambda c: False,
         check=_bool("video"),
-        resumed=False,
-        may_change=True,
     )
-    progress: bool = key(
+    progress: bool = setting(
         "show a progress bar (stderr)",
         default=lambda c: True,
         check=_bool("progress"),
-        resumed=False,
-        may_change=True,
     )
-    compilation_cache: bool = key(
+    compilation_cache: bool = setting(
         "JAX persistent compilation cache (~/.cache/equizoo/jax; EQUIZOO_CACHE_DIR)",
         default=lambda c: jax_setup.cache_enabled_by_default(),
         check=_bool("compilation_cache"),
-        resumed=False,
-        may_change=True,
     )
 
     @classmethod

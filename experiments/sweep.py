@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     if grid:
         total, launch, to_run = _grid_jobs(args, folder, fixed, grid)
     else:
-        total, launch, to_run = _search_jobs(args, folder, fixed, search)
+        total, launch, to_run = _search_jobs(args, folder, spec)
     workers = len(launch[1])
     print(
         f"Sweep in {folder}: {total} trial(s), {to_run} to run on {workers} "
@@ -289,13 +289,11 @@ def _grid_jobs(
 
 
 def _search_jobs(
-    args: argparse.Namespace,
-    folder: Path,
-    fixed: dict[str, Any],
-    search: dict[str, Any],
+    args: argparse.Namespace, folder: Path, spec: dict[str, Any]
 ) -> tuple[int, tuple, int]:
-    """`(trials, map_array's arguments, trials to run)`: the Optuna trials
-    still to run (interrupted ones first), shared out between the workers."""
+    """Like `_grid_jobs`, for the Optuna trials of `spec["search"]` still to
+    run (interrupted ones first)."""
+    fixed, search = spec["fixed"], spec["search"]
     study = _study(str(folder), args.seed)
     enqueued = _resume_search(study, folder)
     slots = {
