@@ -141,7 +141,7 @@ def train(_run: Any, spec: RunSpec, t_start: float) -> float:
     progress = spec.progress and _distributed.is_main()
     state, chunks = _resumed(_run, spec, agent, env)
     sweep = _Sweep(_run, spec, agent, progress) if spec.is_sweep else None
-    recorder = _record.Recorder(_run, spec.num_seeds, progress)
+    recorder = None if sweep else _record.Recorder(_run, spec.num_seeds, progress)
     if sweep is not None:
         jobs = sweep.jobs(chunks)
     else:
@@ -155,6 +155,7 @@ def train(_run: Any, spec: RunSpec, t_start: float) -> float:
     times = {"t_main": t_main, "t_start": t_start, "t_train": t_train}
     if sweep is not None:
         return sweep.finish(results, state, times)
+    assert recorder is not None
     return _finish_run(
         _run, spec, agent, env, results[0], recorder, checkpoints[0], state, times
     )
