@@ -630,15 +630,18 @@ def measure(agent: str, env: str, variant: str, seeds: int, args) -> None:
         out = old
         print(f"{where}: current, skipped", flush=True)
     else:
+        # What the result records of the code is taken before it trains: a
+        # failure here costs nothing, and nothing changed later is recorded.
+        made_by = {
+            "fingerprint": mark,
+            "code": code_hash(),
+            "programs": programs(agent, env, seeds, variant, False),
+            "commit": commit(),
+            "versions": versions(),
+        }
         print(f"{where}: training {block['total_steps']:,} steps ...", flush=True)
         out = run_pair(agent, env, seeds, variant)
-        out.update(
-            fingerprint=mark,
-            code=code_hash(),
-            programs=programs(agent, env, seeds, variant, False),
-            commit=commit(),
-            versions=versions(),
-        )
+        out.update(made_by)
         out["machine"] = machine()
         out["date"] = time.strftime("%Y-%m-%d")
         path.write_text(json.dumps(out, indent=1) + "\n")
@@ -667,10 +670,15 @@ def measure(agent: str, env: str, variant: str, seeds: int, args) -> None:
     ):
         print(f"{name}, {n} held-out seeds: current, skipped", flush=True)
         return
+    made_by = {
+        "fingerprint": h_mark,
+        "code": code_hash(),
+        "programs": programs(agent, env, n, variant, True),
+    }
     print(f"{name}, {n} held-out seeds: training ...", flush=True)
     h = run_pair(agent, env, n, variant, held_out=True)
     h.update(held_out_summary(h["returns"], target["seed"]))
-    h.update(fingerprint=h_mark, code=code_hash(), programs=programs(*row, n, True))
+    h.update(made_by)
     out["held_out"] = h
     path.write_text(json.dumps(out, indent=1) + "\n")
     at = f"{h['at_target']}/{n} at >= {h['target']:g}, " if "target" in h else ""
