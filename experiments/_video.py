@@ -123,16 +123,26 @@ def _rollout(
     obs, env_state = jax.vmap(env.reset)(jr.split(k_reset, num_episodes))
 
     def body(carry, t):
-        obs, env_state, returns, done = carry
-        obs, env_state, reward, terminated, truncated = runners.play_step(
-            agent, agent_state, env, k_loop, t, obs, env_state, greedy=greedy
+        obs, env_state, returns, done, policy = carry
+        obs, env_state, reward, terminated, truncated, policy = runners.play_step(
+            agent,
+            agent_state,
+            env,
+            k_loop,
+            t,
+            obs,
+            env_state,
+            greedy=greedy,
+            carry=policy,
         )
         returns = returns + jnp.where(done, 0.0, reward)
         ends = terminated | truncated
-        return (obs, env_state, returns, done | ends), (env_state, ends)
+        return (obs, env_state, returns, done | ends, policy), (env_state, ends)
 
-    carry = (obs, env_state, jnp.zeros(num_episodes), jnp.zeros(num_episodes, bool))
-    (_, _, returns, _), (states, ends) = jax.lax.scan(
+    zeros = jnp.zeros(num_episodes)
+    policy = runners.initial_carry(agent, num_episodes)  # a recurrent policy's
+    carry = (obs, env_state, zeros, jnp.zeros(num_episodes, bool), policy)
+    (_, _, returns, _, _), (states, ends) = jax.lax.scan(
         body, carry, jnp.arange(max_steps)
     )
     return env_state, states, ends, returns

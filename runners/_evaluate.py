@@ -12,7 +12,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 from envs import ALL_AGENTS, AbstractEnv, AbstractMultiAgentEnv, AbstractWrapper
 
 from . import _multi_agent
-from ._rollout import rollout_step
+from ._rollout import initial_carry, rollout_step
 from ._train import Agent, Env, TrainState
 
 
@@ -85,15 +85,16 @@ def _play(
     else:
         returns = jnp.zeros(num_episodes)
     done = jnp.zeros(num_episodes, dtype=bool)
+    policy = initial_carry(agent, num_episodes)  # a recurrent policy's carry
 
     def cond(carry):
-        _, _, _, done, t = carry
+        _, _, _, done, t, _ = carry
         return (t < max_steps) & ~jnp.all(done)
 
     def body(carry):
-        obs, env_state, returns, done, t = carry
-        obs, env_state, reward, terminated, truncated = play_step(
-            agent, state, env, k_loop, t, obs, env_state, greedy=greedy
+        obs, env_state, returns, done, t, policy = carry
+        obs, env_state, reward, terminated, truncated, policy = play_step(
+            agent, state, env, k_loop, t, obs, env_state, greedy=greedy, carry=policy
         )
         if multi:
             returns = {
@@ -103,10 +104,10 @@ def _play(
         else:
             returns = returns + jnp.where(done, 0.0, reward)
             done = done | terminated | truncated
-        return obs, env_state, returns, done, t + 1
+        return obs, env_state, returns, done, t + 1, policy
 
-    carry = (obs, env_state, returns, done, jnp.array(0))
-    _, _, returns, _, _ = jax.lax.while_loop(cond, body, carry)
+    carry = (obs, env_state, returns, done, jnp.array(0), policy)
+    _, _, returns, _, _, _ = jax.lax.while_loop(cond, body, carry)
     return returns
 
 
@@ -120,25 +121,35 @@ def play_step(
     env_state: PyTree,
     *,
     greedy: bool = True,
-) -> tuple[PyTree, PyTree, Any, Any, Any]:
+    carry: PyTree = (),
+) -> tuple[PyTree, PyTree, Any, Any, Any, PyTree]:
     """Step `t` of episodes played in parallel (a leading episode axis on `obs`
     and `env_state`), as `runners.evaluate` plays them: the agent acts with
     `jr.fold_in(key, t)`'s keys and the env steps without its auto-reset (a
     multi-agent env with it).
 
-    **Returns:** `(obs, env_state, reward, terminated, truncated)` after the step,
-    per episode (on a multi-agent env, reward, terminated and truncated per
-    agent name). After its end an episode's steps mean nothing: callers mask
+    **Returns:** `(obs, env_state, reward, terminated, truncated, carry)` after
+    the step, per episode (on a multi-agent env, reward, terminated and
+    truncated per agent name); `carry`: a recurrent policy's, one per episode
+    (start it at `runners.initial_carry(agent, num_episodes)`; `()` for a
+    memoryless agent). After its end an episode's steps mean nothing: callers mask
     them (as `evaluate` does, and `experiments`' filming).
     """
     env_step = (
         env.step if isinstance(env, AbstractMultiAgentEnv) else partial(_step, env)
     )
-    _, _, out = rollout_step(
-        agent, agent_state, env_step, obs, env_state, jr.fold_in(key, t), greedy=greedy
+    _, _, out, carry = rollout_step(
+        agent,
+        agent_state,
+        env_step,
+        obs,
+        env_state,
+        jr.fold_in(key, t),
+        greedy=greedy,
+        carry=carry,
     )
     obs, env_state, reward, terminated, truncated, _ = out
-    return obs, env_state, reward, terminated, truncated
+    return obs, env_state, reward, terminated, truncated, carry
 
 
 def _step(env: AbstractEnv, key: PRNGKeyArray, state: PyTree, action: Array):

@@ -15,7 +15,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 from envs import ALL_AGENTS, AbstractEnv, AbstractMultiAgentEnv
 from zoo import AbstractAgent, AbstractLearners, Transition
 
-from ._rollout import rollout_step
+from ._rollout import initial_carry, rollout_step
 
 
 class StatsState(eqx.Module):
@@ -87,12 +87,12 @@ def step(env: AbstractMultiAgentEnv, key: PRNGKeyArray, state: StatsState, actio
     return obs, new, rewards, term, trunc, info
 
 
-def transition(learners, env, agent_state, obs, env_state, key):
+def transition(learners, env, agent_state, obs, env_state, key, carry=()):
     """One step of every env, as `runners._train._transition`: per agent name,
     `(Transition[num_envs], ...)`, with each agent's running return in
     `info["episode_return"]`."""
-    actions, extras, out = rollout_step(
-        learners, agent_state, partial(step, env), obs, env_state, key
+    actions, extras, out, carry = rollout_step(
+        learners, agent_state, partial(step, env), obs, env_state, key, carry=carry
     )
     next_obs, env_state, rewards, term, trunc, info = out
     final = info["final_observation"]
@@ -102,7 +102,7 @@ def transition(learners, env, agent_state, obs, env_state, key):
         )
         for a in env.agents
     }
-    return transition, env_state, next_obs, info
+    return transition, env_state, next_obs, info, carry
 
 
 def init(learners, env, *, key, num_envs, total_steps, state_cls):
@@ -111,10 +111,13 @@ def init(learners, env, *, key, num_envs, total_steps, state_cls):
         env, key=k_agent, num_envs=num_envs, total_steps=total_steps
     )
     obs, env_state = jax.vmap(partial(reset, env))(jr.split(k_env, num_envs))
+    carry = initial_carry(learners, num_envs)
     example = jax.eval_shape(
-        lambda: transition(learners, env, agent_state, obs, env_state, k_example)[0]
+        lambda: transition(
+            learners, env, agent_state, obs, env_state, k_example, carry
+        )[0]
     )
     example = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), example)
     memory = learners.init_memory(example, num_envs)
     zero = jnp.array(0, jnp.int32)
-    return state_cls(agent_state, memory, env_state, obs, k_run, zero, zero)
+    return state_cls(agent_state, memory, env_state, obs, k_run, zero, zero, carry)

@@ -12,7 +12,7 @@ from envs import AbstractEnv, AbstractMultiAgentEnv, EpisodeStatistics
 from zoo import AbstractAgent, AbstractLearners, Transition
 
 from . import _multi_agent
-from ._rollout import rollout_step
+from ._rollout import initial_carry, rollout_step
 
 # A zoo agent on a single-agent env, or learners (`zoo.Shared`,
 # `zoo.Independent`) on a multi-agent env.
@@ -36,6 +36,9 @@ class TrainState(eqx.Module):
     key: PRNGKeyArray
     iteration: Int[Array, ""]
     env_steps: Int[Array, ""]
+    # Each env's recurrent carry (`agent.initial_carry()` at an episode's start);
+    # `()` for a memoryless agent: no leaves, so its checkpoints are as before.
+    carry: PyTree = ()
 
 
 def steps_per_iteration(agent: Agent, num_envs: int) -> int:
@@ -94,26 +97,30 @@ def init(
         total_steps=total_steps,
     )
     obs, env_state = jax.vmap(wrapped.reset)(jr.split(k_env, num_envs))
+    carry = initial_carry(agent, num_envs)
     # Shapes and dtypes of one transition, to size the memory.
     example = jax.eval_shape(
-        lambda: _transition(agent, wrapped, agent_state, obs, env_state, k_example)[0]
+        lambda: _transition(
+            agent, wrapped, agent_state, obs, env_state, k_example, carry
+        )[0]
     )
     example = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), example)
     memory = agent.memory.init(example, num_envs)
     zero = jnp.array(0, jnp.int32)
-    return TrainState(agent_state, memory, env_state, obs, k_run, zero, zero)
+    return TrainState(agent_state, memory, env_state, obs, k_run, zero, zero, carry)
 
 
-def _transition(agent, env, agent_state, obs, env_state, key):
-    """One step of every env: `(Transition[num_envs], env_state, obs, info)`."""
-    action, extras, out = rollout_step(
-        agent, agent_state, env.step, obs, env_state, key
+def _transition(agent, env, agent_state, obs, env_state, key, carry=()):
+    """One step of every env: `(Transition[num_envs], env_state, obs, info,
+    carry)`."""
+    action, extras, out, carry = rollout_step(
+        agent, agent_state, env.step, obs, env_state, key, carry=carry
     )
     next_obs, env_state, reward, terminated, truncated, info = out
     transition = Transition(
         obs, action, reward, terminated, truncated, info["final_observation"], extras
     )
-    return transition, env_state, next_obs, info
+    return transition, env_state, next_obs, info, carry
 
 
 def _iteration(agent: Agent, env: Any, state: TrainState):
@@ -131,17 +138,19 @@ def _iteration(agent: Agent, env: Any, state: TrainState):
     key = jr.fold_in(state.key, state.iteration)
     k_collect, k_update = jr.split(key)
 
-    def env_step(carry, k):
-        env_state, obs = carry
-        transition, env_state, obs, info = step_fn(
-            agent, env, state.agent_state, obs, env_state, k
+    def env_step(scanned, k):
+        env_state, obs, carry = scanned
+        transition, env_state, obs, info, carry = step_fn(
+            agent, env, state.agent_state, obs, env_state, k, carry
         )
         stats = (info["episode_return"], info["episode_length"], info["episode_done"])
-        return (env_state, obs), (transition, stats)
+        return (env_state, obs, carry), (transition, stats)
 
-    (env_state, obs), (trajectory, (ep_return, ep_length, ep_done)) = jax.lax.scan(
-        env_step, (state.env_state, state.obs), jr.split(k_collect, agent.num_steps)
+    start = (state.env_state, state.obs, state.carry)
+    (env_state, obs, carry), (trajectory, stats) = jax.lax.scan(
+        env_step, start, jr.split(k_collect, agent.num_steps)
     )
+    ep_return, ep_length, ep_done = stats
     add = learner.add if multi else learner.memory.add
     memory = add(state.memory, trajectory)
     agent_state, memory, metrics = learner.update(
@@ -174,6 +183,7 @@ def _iteration(agent: Agent, env: Any, state: TrainState):
         state.key,
         state.iteration + 1,
         state.env_steps + steps,
+        carry,
     )
     return new, metrics
 

@@ -103,6 +103,28 @@ class AbstractAgent(eqx.Module, Generic[S]):
     ) -> tuple[Shaped[Array, "..."], Extras]:
         """Action for one observation, and extras for the memory (callers vmap)."""
 
+    def initial_carry(self) -> PyTree:
+        """The recurrent carry of one env at an episode's start (a recurrent
+        torso's hidden state); `()` for a memoryless agent, which then costs
+        nothing anywhere the carry goes."""
+        return ()
+
+    def act_step(
+        self,
+        state: S,
+        carry: PyTree,
+        obs: Shaped[Array, "..."],
+        *,
+        key: PRNGKeyArray,
+        greedy: bool = False,
+    ) -> tuple[Shaped[Array, "..."], Extras, PyTree]:
+        """`act` with the env's recurrent carry, as Equinox's cells take theirs:
+        it goes in and the next one comes back out, `(action, extras, carry)`.
+        The runners call this; a memoryless agent's is its `act`, the carry
+        (`()`) passed through. A recurrent agent implements it."""
+        action, extras = self.act(state, obs, key=key, greedy=greedy)
+        return action, extras, carry
+
     @abc.abstractmethod
     def update(
         self, state: S, memory: PyTree, *, key: PRNGKeyArray

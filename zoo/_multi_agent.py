@@ -66,6 +66,24 @@ class AbstractLearners(eqx.Module):
     ) -> tuple[dict[str, Array], dict[str, PyTree]]:
         """Every agent's action in every env, and extras for the memory."""
 
+    def initial_carry(self) -> PyTree:
+        """The recurrent carry of one env at an episode's start: `()`, none
+        (learners of recurrent agents are not supported yet)."""
+        return ()
+
+    def act_step(
+        self,
+        state: PyTree,
+        carry: PyTree,
+        obs: Observations,
+        *,
+        key: PRNGKeyArray,
+        greedy: bool = False,
+    ) -> tuple[dict[str, Array], dict[str, PyTree], PyTree]:
+        """`act` with the carry passed through (see `AbstractAgent.act_step`)."""
+        actions, extras = self.act(state, obs, key=key, greedy=greedy)
+        return actions, extras, carry
+
     @abc.abstractmethod
     def init_memory(self, example: dict[str, Transition], num_envs: int) -> PyTree:
         """Empty memory for transitions shaped like `example` (per agent: one
