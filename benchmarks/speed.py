@@ -69,15 +69,7 @@ def child(
     run: dict,
     env_params: dict,
 ) -> dict:
-    from experiments import jax_setup
-
-    if cache == "on":
-        jax_setup.enable_compilation_cache()
-    import jax.random as jr
-
-    import envs
-    import runners
-    import zoo
+    import experiments
     from experiments.configs import tuned
 
     agent_name, env_name = case.split(":")
@@ -85,18 +77,23 @@ def child(
     if block is None:
         raise SystemExit(f"no tuned config for {case}")
     block = {**block, **run}
-    agent = zoo.make(agent_name, **{**block.get("hp", {}), **hp})
     env_params = {**block.get("env_params", {}), **env_params}
-    env = envs.make(env_name, **env_params)
-    result = runners.run(
-        agent,
-        env,
-        key=jr.PRNGKey(seed),
+    # The experiments' core, unrecorded, evaluating once at the end.
+    spec = experiments.RunSpec.resolve(
+        agent=agent_name,
+        env=env_name,
+        hp=hp,
+        env_params=env_params,
         total_steps=block["total_steps"],
         num_envs=block["num_envs"],
+        seed=seed,
         num_seeds=num_seeds,
+        eval_every=None,
         eval_episodes=EVAL_EPISODES,
+        compilation_cache=cache == "on",
+        progress=False,
     )
+    result = experiments.train(spec).results[0]
     total_s = time.time() - t_launch
     returns = result.final_returns.mean(axis=1)
     return {

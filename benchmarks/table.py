@@ -269,18 +269,19 @@ def commit() -> str:
 # --- one pair, in a child process --------------------------------------------
 
 
-def run_args(
+def row_spec(
     agent_name: str,
     env_name: str,
     seeds: int,
     *,
     variant: str = "",
     held_out: bool = False,
-) -> tuple[Any, Any, dict[str, Any], dict]:
-    """`(agent, env, runners.run's keyword arguments, block)` of one row: the
-    table's seeds with a learning curve, or (`held_out`) the held-out seeds,
-    evaluated once at the end."""
-    import jax.random as jr
+) -> tuple[Any, dict]:
+    """`(run spec, block)` of one row: what `python -m experiments.run with
+    agent=... env=...` trains (on a multi-agent env, one agent shared by all, its
+    default), on the table's seeds with a learning curve, or (`held_out`) on the
+    held-out seeds, evaluated once at the end; compiled cold, unrecorded."""
+    import dataclasses
 
     import experiments
     from experiments.configs import tuned
@@ -288,22 +289,18 @@ def run_args(
     block = tuned(agent_name, env_name)
     assert block is not None
     block = variant_block(block, variant)
-    # What `python -m experiments.run with agent=... env=...` trains; on a
-    # multi-agent env, one agent shared by all (its default).
     spec = experiments.RunSpec.resolve(
-        agent=agent_name, env=env_name, env_params=block.get("env_params", {})
+        agent=agent_name,
+        env=env_name,
+        env_params=block.get("env_params", {}),
+        seed=HELD_OUT_KEY if held_out else TABLE_KEY,
+        num_seeds=seeds,
+        eval_episodes=EVAL_EPISODES,
+        compilation_cache=False,
+        progress=False,
     )
-    agent, env = spec.build()
-    total = spec.total_steps
-    kwargs = {
-        "key": jr.PRNGKey(HELD_OUT_KEY if held_out else TABLE_KEY),
-        "total_steps": total,
-        "num_envs": spec.num_envs,
-        "num_seeds": seeds,
-        "eval_every": None if held_out else max(total // CURVE_POINTS, 1),
-        "eval_episodes": EVAL_EPISODES,
-    }
-    return agent, env, kwargs, block
+    every = None if held_out else max(spec.total_steps // CURVE_POINTS, 1)
+    return dataclasses.replace(spec, eval_every=every), block
 
 
 @functools.cache
@@ -315,14 +312,13 @@ def programs(
     a change to the code that computes the same programs leaves it current."""
     import runners
 
-    agent, env, kwargs, _ = run_args(
-        agent_name, env_name, seeds, variant=variant, held_out=held_out
-    )
+    spec, _ = row_spec(agent_name, env_name, seeds, variant=variant, held_out=held_out)
+    agent, env = spec.build()
     return [
         hashlib.sha256(
             (text + json.dumps(sorted(options.items()))).encode()
         ).hexdigest()[:16]
-        for text, options in runners.lower(agent, env, **kwargs)
+        for text, options in runners.lower(agent, env, **spec.run_kwargs())
     ]
 
 
@@ -335,13 +331,13 @@ def child(
     variant: str = "",
     held_out: bool = False,
 ) -> dict:
-    """Train and evaluate one row (see `run_args`)."""
-    import runners
+    """Train and evaluate one row (see `row_spec`) with the experiments' core."""
+    import experiments
 
-    agent, env, kwargs, block = run_args(
+    spec, block = row_spec(
         agent_name, env_name, seeds, variant=variant, held_out=held_out
     )
-    result = runners.run(agent, env, **kwargs)
+    result = experiments.train(spec).results[0]
     total_s = time.time() - t_launch
     returns = result.final_returns.mean(axis=1)
     curve = [
@@ -634,15 +630,18 @@ def measure(agent: str, env: str, variant: str, seeds: int, args) -> None:
         out = old
         print(f"{where}: current, skipped", flush=True)
     else:
+        # What the result records of the code is taken before it trains: a
+        # failure here costs nothing, and nothing changed later is recorded.
+        made_by = {
+            "fingerprint": mark,
+            "code": code_hash(),
+            "programs": programs(agent, env, seeds, variant, False),
+            "commit": commit(),
+            "versions": versions(),
+        }
         print(f"{where}: training {block['total_steps']:,} steps ...", flush=True)
         out = run_pair(agent, env, seeds, variant)
-        out.update(
-            fingerprint=mark,
-            code=code_hash(),
-            programs=programs(agent, env, seeds, variant, False),
-            commit=commit(),
-            versions=versions(),
-        )
+        out.update(made_by)
         out["machine"] = machine()
         out["date"] = time.strftime("%Y-%m-%d")
         path.write_text(json.dumps(out, indent=1) + "\n")
@@ -671,10 +670,15 @@ def measure(agent: str, env: str, variant: str, seeds: int, args) -> None:
     ):
         print(f"{name}, {n} held-out seeds: current, skipped", flush=True)
         return
+    made_by = {
+        "fingerprint": h_mark,
+        "code": code_hash(),
+        "programs": programs(agent, env, n, variant, True),
+    }
     print(f"{name}, {n} held-out seeds: training ...", flush=True)
     h = run_pair(agent, env, n, variant, held_out=True)
     h.update(held_out_summary(h["returns"], target["seed"]))
-    h.update(fingerprint=h_mark, code=code_hash(), programs=programs(*row, n, True))
+    h.update(made_by)
     out["held_out"] = h
     path.write_text(json.dumps(out, indent=1) + "\n")
     at = f"{h['at_target']}/{n} at >= {h['target']:g}, " if "target" in h else ""

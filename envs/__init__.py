@@ -26,6 +26,7 @@ from ._probes import (
 )
 from ._registry import (
     MULTI_AGENT as MULTI_AGENT,
+    POMDP as POMDP,
     PROBES as PROBES,
     is_multi_agent as is_multi_agent,
     make as make,
@@ -39,6 +40,7 @@ from ._wrappers import (
     EpisodeStatistics as EpisodeStatistics,
     EpisodeStatisticsState as EpisodeStatisticsState,
     FlattenObservation as FlattenObservation,
+    MaskObservation as MaskObservation,
     StickyActions as StickyActions,
     StickyActionsState as StickyActionsState,
 )

@@ -126,7 +126,8 @@ class AbstractWrapper(AbstractEnv[StateT]):
     `step_env`. The spaces, abstract in `AbstractEnv`, are implemented here as
     defaults: a wrapper that changes what the env emits or accepts implements the
     space it changes itself (as `FlattenObservation` does for
-    `observation_space`), and that is the only member of its bases a concrete
+    `observation_space`; `MaskObservation`, which makes a differently named
+    env, also `name`), and those are the only members of its bases a concrete
     wrapper implements again. `reset` and `step` are never overridden.
 
     Concrete wrappers are final and declare `env: AbstractEnv` as a field.

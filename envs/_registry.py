@@ -15,13 +15,23 @@ from ._probes import (
     TruncatedConstantReward,
     TwoStepDiscount,
 )
-from ._wrappers import StickyActions
+from ._wrappers import MaskObservation, StickyActions
 
 # Native implementations win over gymnax's for the same name: same dynamics,
 # without gymnax's import cost.
 NATIVE: dict[str, Callable[..., AbstractEnv]] = {
     "CartPole-v1": CartPole,
     "Pendulum-v1": Pendulum,
+}
+
+# Partially observable variants (popgym's names): the base env with only the
+# observation dimensions `keep` (`MaskObservation`). The velocities are hidden,
+# so a policy must remember past observations to act well.
+POMDP: dict[str, tuple[Callable[..., AbstractEnv], tuple[int, ...]]] = {
+    # [x, x_dot, theta, theta_dot]: the cart's and the pole's positions.
+    "StatelessCartPole-v1": (CartPole, (0, 2)),
+    # [cos theta, sin theta, theta_dot]: the angle.
+    "StatelessPendulum-v1": (Pendulum, (0, 1)),
 }
 PROBES: dict[str, Callable[..., AbstractEnv]] = {
     "probe/ConstantReward": ConstantReward,
@@ -57,6 +67,7 @@ def names() -> list[str]:
 
     return sorted(
         set(NATIVE)
+        | set(POMDP)
         | set(gymnax_names())
         | set(PROBES)
         | set(MULTI_AGENT)
@@ -71,7 +82,7 @@ def uses_jaxmarl(name: str) -> bool:
 
     from ._gymnax import gymnax_names
 
-    if name in NATIVE or name in PROBES or name in MULTI_AGENT:
+    if name in NATIVE or name in POMDP or name in PROBES or name in MULTI_AGENT:
         return False
     if name in gymnax_names() or importlib.util.find_spec("jaxmarl") is None:
         return False
@@ -120,7 +131,8 @@ def make(name: str, **env_params: Any) -> AbstractEnv:
 
     **Arguments:**
 
-    - `name`: e.g. `"CartPole-v1"`, `"Breakout-MinAtar"`, `"probe/TwoStepDiscount"`;
+    - `name`: e.g. `"CartPole-v1"`, `"Breakout-MinAtar"`, `"probe/TwoStepDiscount"`,
+      `"StatelessCartPole-v1"` (partially observable: velocities hidden);
       `"gymnax/<name>"` forces gymnax's own implementation.
     - `**env_params`: environment parameters, e.g. `max_steps_in_episode=200`;
       and `sticky_prob`, for any env: wrap it in `StickyActions(env, sticky_prob)`
@@ -142,6 +154,9 @@ def make(name: str, **env_params: Any) -> AbstractEnv:
         raise ValueError(
             f"{name!r} is a multi-agent env: build it with envs.make_multi({name!r})"
         )
+    if name in POMDP:
+        base, keep = POMDP[name]
+        return MaskObservation(_build(base, name, env_params), keep, name)
     factory = NATIVE.get(name) or PROBES.get(name)
     if factory is not None:
         return _build(factory, name, env_params)

@@ -183,3 +183,64 @@ class StickyActions(AbstractWrapper[StickyActionsState]):
         info = {**info, "executed_action": executed}
         state = StickyActionsState(env_state, last)
         return obs, state, reward, terminated, truncated, info
+
+
+@final
+class MaskObservation(AbstractWrapper[Any]):
+    """Keeps only the observation dimensions `keep` (indices of a flat `Box`
+    observation), hiding the others: a partially observable version of the env,
+    which a memoryless policy cannot solve when what is hidden matters (the
+    velocities of CartPole). `info["final_observation"]` is masked alike.
+
+    `label` names the result (`StatelessCartPole-v1`, popgym's name, keeps
+    CartPole's positions and drops its velocities); by default it is the env's
+    name with the dimensions kept.
+
+    **Raises:** `ValueError` for an observation space that is not a flat `Box`,
+    or indices out of range, repeated or none.
+    """
+
+    env: AbstractEnv
+    keep: tuple[int, ...]
+    label: str | None = None
+
+    def __check_init__(self):
+        space = self.env.observation_space
+        if not isinstance(space, Box) or len(space.shape) != 1:
+            raise ValueError(
+                f"MaskObservation needs a flat Box observation space; {self.env.name} "
+                f"has {space}"
+            )
+        n = space.shape[0]
+        keep = self.keep
+        bad = [i for i in keep if type(i) is not int or not 0 <= i < n]
+        if not keep or bad or len(set(keep)) != len(keep):
+            raise ValueError(
+                f"MaskObservation: keep must be distinct indices in [0, {n}) of "
+                f"{self.env.name}'s {n} observation dimensions, got {keep!r}"
+            )
+
+    @property
+    def name(self) -> str:
+        return self.label or f"{self.env.name}[{','.join(map(str, self.keep))}]"
+
+    @property
+    def observation_space(self) -> Box:
+        space = self.env.observation_space
+        assert isinstance(space, Box)  # checked in `__check_init__`
+        index = np.asarray(self.keep)
+        return Box(space.low[index], space.high[index], (len(self.keep),))
+
+    def _mask(self, obs: Observation) -> Observation:
+        return obs[jnp.asarray(self.keep)]
+
+    def reset_env(self, key: PRNGKeyArray) -> tuple[Observation, Any]:
+        obs, state = self.env.reset(key)
+        return self._mask(obs), state
+
+    def step_env(self, key: PRNGKeyArray, state: Any, action: Action) -> StepResult:
+        obs, state, reward, terminated, truncated, info = self.env.step(
+            key, state, action
+        )
+        info = {**info, "final_observation": self._mask(info["final_observation"])}
+        return self._mask(obs), state, reward, terminated, truncated, info

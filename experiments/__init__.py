@@ -6,7 +6,9 @@ experiments.publish` retrains the pretrained zoo (docs/using.md).
 
 From Python, `experiments.tuned(agent, env)` gives the tuned hyperparameters and
 run settings the CLI trains with, `experiments.RunSpec.resolve(agent=..., env=...)`
-the whole run config (every key of `python -m experiments.run`), and
+the whole run config (every key of `python -m experiments.run`),
+`experiments.train(spec)` trains it as the CLI does (recording nothing unless
+given a `Sink`), and
 `experiments.load_run("runs/3", seed=0)` loads a recorded run's agent, one seed's
 state and its env. Importing this package imports neither JAX nor Sacred.
 """
@@ -17,13 +19,23 @@ from experiments._load import load_run as load_run, load_state as load_state
 from experiments._tuned import Tuned as Tuned, pairs as pairs, tuned as tuned
 
 if _typing.TYPE_CHECKING:
+    from experiments._sink import NullSink as NullSink, Sink as Sink
     from experiments._spec import RunSpec as RunSpec
+    from experiments._training import Outcome as Outcome, train as train
+
+# Loaded on first use: the run spec reads run folders through Sacred's code.
+_LAZY = {
+    "RunSpec": "experiments._spec",
+    "train": "experiments._training",
+    "Outcome": "experiments._training",
+    "Sink": "experiments._sink",
+    "NullSink": "experiments._sink",
+}
 
 
 def __getattr__(name: str) -> _typing.Any:
-    # Loaded on first use: the run spec reads run folders through Sacred's code.
-    if name == "RunSpec":
-        from experiments._spec import RunSpec
+    if name in _LAZY:
+        import importlib
 
-        return RunSpec
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'experiments' has no attribute {name!r}")

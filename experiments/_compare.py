@@ -17,6 +17,7 @@ import numpy as np
 
 from experiments import stats
 from experiments._errors import PlotError
+from experiments._folder import CONFIG, INFO, METRICS, RECORD, RunFolder
 
 DEFAULT_OUT = Path("plots") / "compare"
 _MEMBER_COLUMNS = {"member", "return_mean", "return_worst", "return_std"}
@@ -106,16 +107,16 @@ def _members(folder: Path, name: str, info: dict[str, Any]) -> list[dict] | None
 
 
 def _is_run(folder: Path) -> bool:
-    return (folder / "config.json").is_file() and (folder / "run.json").is_file()
+    return RunFolder(folder).is_record()
 
 
 def _load(path: str, metric: str, by: str) -> list[_Unit]:
     """The strata of one run folder: the run, or each member of a sweep."""
     folder = Path(path)
     _check_run_folder(folder, path)
-    config = _read_json(folder / "config.json", path)
-    run = _read_json(folder / "run.json", path)
-    metrics_file = folder / "metrics.json"
+    config = _read_json(folder / CONFIG, path)
+    run = _read_json(folder / RECORD, path)
+    metrics_file = folder / METRICS
     metrics = _read_json(metrics_file, path) if metrics_file.exists() else {}
     experiment = run.get("experiment", {}) if isinstance(run, dict) else {}
     if isinstance(experiment, dict) and experiment.get("name") == "equizoo-evaluate":
@@ -182,7 +183,7 @@ def _member_units(
 ) -> list[_Unit]:
     """A sweep's strata: one per member, with the member's hyperparameters."""
     num_seeds = int(config.get("num_seeds", 1))
-    info_file = folder / "info.json"
+    info_file = folder / INFO
     info = _read_json(info_file, path) if info_file.exists() else {}
     table = _members(folder, path, info if isinstance(info, dict) else {})
     indices = sorted(

@@ -3,32 +3,10 @@
 Importing this module imports neither Sacred nor JAX; loading imports JAX.
 """
 
-import json
 from pathlib import Path
 from typing import Any
 
-FINAL_STATE = "final_state.eqx"
-FINAL_META = "final_state.json"
-
-
-def where(path: Path) -> tuple[Path, Path]:
-    """`(state file, header file)` of a run folder's final state, else of its
-    newest checkpoint; or of the checkpoint folder `path`."""
-    import runners
-
-    if (path / runners.META_FILE).is_file():
-        return path / runners.STATE_FILE, path / runners.META_FILE
-    if (path / FINAL_META).is_file() and (path / FINAL_STATE).is_file():
-        return path / FINAL_STATE, path / FINAL_META
-    latest = runners.latest_checkpoint(path / "checkpoints")
-    if latest is not None:
-        return latest / runners.STATE_FILE, latest / runners.META_FILE
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path}: no such run folder or checkpoint")
-    raise FileNotFoundError(
-        f"{path}: no final state ({FINAL_STATE}) and no checkpoint: the run was "
-        "stopped before its first checkpoint, or is not an equizoo run folder"
-    )
+from experiments._folder import Header, RunFolder
 
 
 def load_state(path: str | Path) -> Any:
@@ -74,19 +52,19 @@ def load_run(path: str | Path, seed: int = 0) -> tuple[Any, Any, Any]:
     return agent, runners.seed_state(state, seed).agent_state, env
 
 
-def _load(path: Path) -> tuple[Any, Any, Any, dict[str, Any]]:
+def _load(path: Path) -> tuple[Any, Any, Any, Header]:
     import equinox as eqx
 
     import runners
     from experiments import _config
 
-    state_file, header_file = where(path)
-    header = json.loads(header_file.read_text())
-    env = _config.make_env(header["env"], header.get("env_params", {}))
-    config = header.get("config", {})
+    state_file, header_file = RunFolder(path).saved_state()
+    header = Header.read(header_file)
+    env = _config.make_env(header.env, header.env_params)
+    config = header.config
     agent = _config.make_agent(
-        header["agent"],
-        header["hp"],
+        header.agent,
+        header.hp,
         env,
         config.get("sharing"),
         config.get("agent_id", False),
@@ -95,9 +73,9 @@ def _load(path: Path) -> tuple[Any, Any, Any, dict[str, Any]]:
     like = runners.state_template(
         agent,
         env,
-        num_envs=header["num_envs"],
-        total_steps=header["total_steps"],
-        num_seeds=header.get("num_runs") or header["num_seeds"],
+        num_envs=header.num_envs,
+        total_steps=header.total_steps,
+        num_seeds=header.runs,
     )
     if state_file.name == runners.STATE_FILE:
         state, _ = runners.load_checkpoint(state_file.parent, like)

@@ -15,18 +15,19 @@ import numpy as np
 
 
 class Recorder:
-    """The `runners.run` callback: logs metrics to Sacred, drives the progress bar,
-    and keeps the learning curve.
+    """The `runners.run` callback: logs metrics to the run's sink, drives the
+    progress bar, and keeps the learning curve.
 
     **Arguments:**
 
-    - `run`: the Sacred `Run` (`_run`), or `None` to record nothing.
+    - `sink`: where the series go (`experiments._sink.Sink`), or `None` to
+      record nothing.
     - `num_seeds`: seeds trained together; per-seed series only when above 1.
     - `progress`: show a tqdm bar on stderr.
     """
 
-    def __init__(self, run: Any, num_seeds: int, progress: bool):
-        self.run = run
+    def __init__(self, sink: Any, num_seeds: int, progress: bool):
+        self.log = None if sink is None or not sink.recording else sink.log
         self.num_seeds = num_seeds
         self.progress = progress
         self.bar: Any = None
@@ -35,7 +36,7 @@ class Recorder:
 
     def __call__(self, report: Any) -> None:
         step = report.env_steps
-        log = None if self.run is None else self.run.log_scalar
+        log = self.log
         if log is not None and report.chunk > 0:  # chunk 0: before training
             for name, value in report.train.items():
                 # NaN marks "no episode ended in this chunk": leave a gap.
@@ -143,8 +144,8 @@ class SweepRecorder:
 
     **Arguments:**
 
-    - `run`: the Sacred `Run`, or `None` to record nothing.
-    - `recorder`: a `Recorder` that records nothing (its run is `None`) and
+    - `sink`: where the series go, or `None` to record nothing.
+    - `recorder`: a `Recorder` that records nothing (its sink is `None`) and
       shows the progress bar.
     - `members`: the sweep indices of this program's members, in run order.
     - `num_seeds`: seeds per member.
@@ -153,13 +154,13 @@ class SweepRecorder:
 
     def __init__(
         self,
-        run: Any,
+        sink: Any,
         recorder: Recorder,
         members: list[int],
         num_seeds: int,
         curves: dict[int, list[tuple[int, float]]],
     ):
-        self.run = run
+        self.log = None if sink is None or not sink.recording else sink.log
         self.recorder = recorder
         self.members = members
         self.num_seeds = num_seeds
@@ -167,20 +168,20 @@ class SweepRecorder:
 
     def __call__(self, report: Any) -> None:
         self.recorder(report)
-        run, step, n = self.run, report.env_steps, self.num_seeds
-        if run is not None and report.chunk > 0:
-            run.log_scalar("perf.steps_per_s", float(report.steps_per_s), step)
+        log, step, n = self.log, report.env_steps, self.num_seeds
+        if log is not None and report.chunk > 0:
+            log("perf.steps_per_s", float(report.steps_per_s), step)
         # A program without float hyperparameters is one member, run as a plain
         # run: its `train` is that member's.
         runs = report.train_runs or [report.train] * n
         for j, member in enumerate(self.members):
-            if run is not None:
+            if log is not None:
                 values = [
                     r.get("episode_return", math.nan) for r in runs[j * n : (j + 1) * n]
                 ]
                 values = [v for v in values if math.isfinite(v)]
                 if values:
-                    run.log_scalar(
+                    log(
                         f"member_{member}.train.episode_return",
                         float(np.mean(values)),
                         step,
@@ -188,43 +189,12 @@ class SweepRecorder:
             if report.eval_returns is not None:
                 mean = float(np.mean(report.eval_returns[j * n : (j + 1) * n]))
                 self.curves.setdefault(member, []).append((step, mean))
-                if run is not None:
-                    run.log_scalar(f"member_{member}.eval.return_mean", mean, step)
+                if log is not None:
+                    log(f"member_{member}.eval.return_mean", mean, step)
                     if n > 1:  # each seed's, for confidence intervals
                         for i, r in enumerate(report.eval_returns[j * n : (j + 1) * n]):
-                            run.log_scalar(
-                                f"member_{member}.eval.return.seed_{i}", float(r), step
-                            )
+                            log(f"member_{member}.eval.return.seed_{i}", float(r), step)
 
     def close(self) -> None:
         """Close the progress bar (its `recorder`'s)."""
         self.recorder.close()
-
-
-def close_interrupted(run: Any) -> None:
-    """Mark `run` INTERRUPTED in its records, for a process about to exit at once
-    (a second signal), which Sacred would leave RUNNING. Best effort: a record
-    that cannot be written quickly stays as it is.
-
-    The file record is replaced atomically (Sacred's heartbeat thread may be
-    writing it); MongoDB gets one update, within the observer's timeouts."""
-    import contextlib
-    import datetime
-    import os
-
-    from ._sacred import FileStorageObserver, MongoObserver
-
-    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)  # as Sacred
-    for observer in list(getattr(run, "observers", [])):
-        with contextlib.suppress(Exception):
-            entry = observer.run_entry
-            if isinstance(observer, FileStorageObserver) and observer.dir:
-                entry["status"], entry["stop_time"] = "INTERRUPTED", now.isoformat()
-                observer.save_json(entry, "run.json.closing")
-                folder = Path(observer.dir)
-                os.replace(folder / "run.json.closing", folder / "run.json")
-            elif isinstance(observer, MongoObserver):
-                observer.runs.update_one(
-                    {"_id": entry["_id"]},
-                    {"$set": {"status": "INTERRUPTED", "stop_time": now}},
-                )

@@ -12,12 +12,9 @@ from typing import Any
 
 from experiments import _distributed, _experiment
 from experiments._errors import ConfigError
+from experiments._folder import RunFolder
 from experiments._interrupt import Interrupted
 from experiments._sacred import MongoObserver
-
-
-def checkpoint_root(run_dir: str | Path) -> Path:
-    return Path(run_dir) / "checkpoints"
 
 
 def resume_checkpoint(resume: Any) -> Path:
@@ -36,7 +33,7 @@ def resume_checkpoint(resume: Any) -> Path:
     run_dir = Path(resume)
     if not run_dir.is_dir():
         raise ConfigError(f"resume: no run folder {str(run_dir)!r}")
-    root = checkpoint_root(run_dir)
+    root = RunFolder(run_dir).checkpoints
     latest = runners.latest_checkpoint(root)
     if latest is None:
         raise ConfigError(
@@ -57,7 +54,7 @@ def resume_checkpoint(resume: Any) -> Path:
 def _resumed_config(resume: str) -> dict[str, Any] | None:
     import runners
 
-    latest = runners.latest_checkpoint(checkpoint_root(resume))
+    latest = RunFolder(resume).latest_checkpoint()
     try:
         meta = runners.read_meta(latest) if latest is not None else None
     except runners.CheckpointError:
@@ -171,9 +168,9 @@ def resume_command(run: Any) -> str:
     return shlex.join(parts)
 
 
-def peer_lost(run: Any, error: Exception, last: Path | None) -> str:
+def peer_lost(sink: Any, error: Exception, last: Path | None) -> str:
     """What a process says when another of its run is lost; `last`: the newest
-    complete checkpoint."""
+    complete checkpoint; `sink`: the run's record (`experiments._sink.Sink`)."""
     if not _distributed.is_main():
         return (
             f"{error}; resume from the last checkpoint in process 0's run folder "
@@ -183,13 +180,14 @@ def peer_lost(run: Any, error: Exception, last: Path | None) -> str:
         return f"{error}; no checkpoint yet, so start the run again"
     return (
         f"{error}; the last checkpoint is {last}. Resume with, on every process "
-        f"(its distributed settings as before):\n  {resume_command(run)}"
+        f"(its distributed settings as before):\n  {sink.resume_command()}"
     )
 
 
-def interrupted(run: Any, signum: int | None, checkpoint: Path | None) -> None:
+def interrupted(sink: Any, signum: int | None, checkpoint: Path | None) -> None:
     """Raise `Interrupted` for a run stopped by signal `signum` (`None`: one sent
-    to another process of a multi-process run), naming its checkpoint."""
+    to another process of a multi-process run), naming its checkpoint and the
+    command that resumes its record `sink`."""
     name = "another process's signal" if signum is None else signal.Signals(signum).name
     signum = signal.SIGINT if signum is None else signum
     if not _distributed.is_main():
@@ -199,7 +197,7 @@ def interrupted(run: Any, signum: int | None, checkpoint: Path | None) -> None:
     else:
         message = (
             f"{name}: training stopped at {int(checkpoint.name):,} env steps, "
-            f"checkpoint in {checkpoint}. Resume with:\n  {resume_command(run)}"
+            f"checkpoint in {checkpoint}. Resume with:\n  {sink.resume_command()}"
         )
     print(message, file=sys.stderr, flush=True)
     raise Interrupted(message, signum)

@@ -25,7 +25,8 @@ class Key:
 
     - `doc`: what `print_config` shows beside it.
     - `default(config)`: its value when not given, from the keys before it.
-    - `check(value)`: raises `ConfigError` for a value bad on its own.
+    - `check(value)`: raises `ValueError` (or a `ConfigError` naming the key)
+      for a value bad on its own.
     - `resumed`: a resumed run takes it from its original's config.
     - `may_change`: a resumed run may set it anew.
     """
@@ -63,31 +64,33 @@ def setting(
     return key(doc, default=default, check=check, resumed=False, may_change=True)
 
 
-def _int(name: str) -> Callable[[Any], None]:
-    def check(value: Any) -> None:
-        if type(value) is not int:
-            raise ConfigError(f"{name}: expected an integer, got {value!r}")
-
-    return check
+# A check raises `ConfigError` naming its key, or `ValueError` with what is
+# wrong, which the validation prefixes with the key's name.
 
 
-def _positive(name: str, *, none: bool = False) -> Callable[[Any], None]:
-    def check(value: Any) -> None:
-        if none and value is None:
-            return
-        if type(value) is not int or value <= 0:
-            kind = "a positive integer" + (" or None" if none else "")
-            raise ConfigError(f"{name}: expected {kind}, got {value!r}")
-
-    return check
+def _int(value: Any) -> None:
+    if type(value) is not int:
+        raise ValueError(f"expected an integer, got {value!r}")
 
 
-def _bool(name: str) -> Callable[[Any], None]:
-    def check(value: Any) -> None:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{name}: expected True or False, got {value!r}")
+def _positive(value: Any) -> None:
+    if type(value) is not int or value <= 0:
+        raise ValueError(f"expected a positive integer, got {value!r}")
 
-    return check
+
+def _positive_or_none(value: Any) -> None:
+    if value is not None and (type(value) is not int or value <= 0):
+        raise ValueError(f"expected a positive integer or None, got {value!r}")
+
+
+def _bool(value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected True or False, got {value!r}")
+
+
+def flag(doc: str, *, kind: Callable[..., Any] = key) -> Any:
+    """A True/False key (`kind=setting`: a setting), off by default."""
+    return kind(doc, default=lambda c: False, check=_bool)
 
 
 def _agent(value: Any) -> None:
@@ -167,38 +170,36 @@ class RunSpec:
     seed: int = key(
         "base PRNG seed: seed i of num_seeds trains with split(PRNGKey(seed))[i]",
         default=lambda c: 0,
-        check=_int("seed"),
+        check=_int,
     )
     num_seeds: int = key(
         "independent seeds, trained together (vmapped)",
         default=lambda c: 1,
-        check=_positive("num_seeds"),
+        check=_positive,
     )
     total_steps: int = key(
         "env steps per seed (tuned block, else 100000)",
         default=_tuned("total_steps"),
-        check=_positive("total_steps"),
+        check=_positive,
         may_change=True,
     )
     num_envs: int = key(
         "parallel envs per seed (tuned block, else 8)",
         default=_tuned("num_envs"),
-        check=_positive("num_envs"),
+        check=_positive,
     )
     eval_every: int | None = key(
         "env steps between greedy evaluations (default ~10 per run); None: at the end",
         default=lambda c: _config.eval_every(c["agent"], c["env"], c["total_steps"]),
-        check=_positive("eval_every", none=True),
+        check=_positive_or_none,
     )
-    eval_at_start: bool = key(
+    eval_at_start: bool = flag(
         "also evaluate the untrained agent, logged at env step 0",
-        default=lambda c: False,
-        check=_bool("eval_at_start"),
     )
     eval_episodes: int = key(
         "greedy episodes per seed in each evaluation (tuned block, else 32)",
         default=_tuned("eval_episodes"),
-        check=_positive("eval_episodes"),
+        check=_positive,
     )
     hp: dict[str, Any] = key(
         "zoo.make(agent, **hp): agent defaults < tuned block < `with hp.<name>=...`",
@@ -230,21 +231,19 @@ class RunSpec:
             "process_id": None,
         },
     )
-    bitwise: bool = key(
+    bitwise: bool = flag(
         "the same numbers on any number of devices (CPU: trains ~1.1-1.5x slower)",
-        default=lambda c: False,
-        check=_bool("bitwise"),
     )
     checkpoint_every: int | None = key(
         "env steps per seed between checkpoints (at chunk ends); None: only at the end",
         default=lambda c: _config.CHECKPOINT_EVERY,
-        check=_positive("checkpoint_every", none=True),
+        check=_positive_or_none,
         may_change=True,
     )
     keep_checkpoints: int = key(
         "checkpoints kept in <run_dir>/checkpoints/, newest first",
         default=lambda c: _config.KEEP_CHECKPOINTS,
-        check=_positive("keep_checkpoints"),
+        check=_positive,
         may_change=True,
     )
     sharing: str | None = key(
@@ -253,10 +252,8 @@ class RunSpec:
         '(shared, without agent id) or "independent" (one agent per agent name)',
         default=lambda c: None,
     )
-    agent_id: bool = key(
+    agent_id: bool = flag(
         'sharing="shared": append a one-hot of the agent\'s index to its observations',
-        default=lambda c: False,
-        check=_bool("agent_id"),
     )
     per_agent: dict[str, Any] = key(
         'sharing="independent": `per_agent.<agent_name>.<hp>=value` overrides '
@@ -264,21 +261,20 @@ class RunSpec:
         "algorithm",
         default=lambda c: {},
     )
-    video: bool = setting(
+    video: bool = flag(
         "a GIF (and MP4 with ffmpeg) of one greedy episode of the final policy "
         "(seed 0), an artifact of the record; for envs that render",
-        default=lambda c: False,
-        check=_bool("video"),
+        kind=setting,
     )
     progress: bool = setting(
         "show a progress bar (stderr)",
         default=lambda c: True,
-        check=_bool("progress"),
+        check=_bool,
     )
     compilation_cache: bool = setting(
         "JAX persistent compilation cache (~/.cache/equizoo/jax; EQUIZOO_CACHE_DIR)",
         default=lambda c: jax_setup.cache_enabled_by_default(),
-        check=_bool("compilation_cache"),
+        check=_bool,
     )
 
     @classmethod
@@ -304,6 +300,28 @@ class RunSpec:
         fill(config, cls)
         validate(config, cls)
         return cls.from_config(config)
+
+    def config(self) -> dict[str, Any]:
+        """Every key and its value, as a run records its config."""
+        return {k.name: getattr(self, k.name) for k in keys_of(type(self))}
+
+    def run_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of `runners.run` (and `runners.lower`) this
+        spec sets: its key, budget, evaluations, checkpoints and devices."""
+        import jax.random as jr
+
+        return {
+            "key": jr.PRNGKey(self.seed),
+            "total_steps": self.total_steps,
+            "num_envs": self.num_envs,
+            "num_seeds": self.num_seeds,
+            "eval_every": self.eval_every,
+            "eval_episodes": self.eval_episodes,
+            "eval_at_start": self.eval_at_start,
+            "checkpoint_every": self.checkpoint_every,
+            "devices": self.devices,
+            "bitwise": self.bitwise,
+        }
 
     @property
     def is_sweep(self) -> bool:
@@ -417,7 +435,10 @@ def validate(config: Mapping[str, Any], spec: type[RunSpec] = RunSpec) -> list[s
         check_resume(config, keys)
     for key in keys:
         if key.check is not None:
-            key.check(config[key.name])
+            try:
+                key.check(config[key.name])
+            except ValueError as e:
+                raise ConfigError(f"{key.name}: {e}") from None
     agent, env = _build(config)
     _check_training(config, agent, env)
     return _tuned_block_warnings(config["agent"], config["env"])

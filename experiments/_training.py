@@ -14,7 +14,6 @@ from typing import Any
 
 from experiments import (
     _distributed,
-    _experiment,
     _interrupt,
     _record,
     _resume,
@@ -22,6 +21,8 @@ from experiments import (
     stats,
 )
 from experiments._errors import ConfigError, TrainingError
+from experiments._folder import FINAL_META, FINAL_STATE, Header, RunFolder
+from experiments._sink import NullSink, Sink
 from experiments._spec import RunSpec
 
 
@@ -61,7 +62,7 @@ class Checkpoints:
         return None if self.root is None else runners.latest_checkpoint(self.root)
 
 
-def stop_on_signal(run: Any, checkpoints: list[Checkpoints]) -> Any:
+def stop_on_signal(sink: Sink, checkpoints: list[Checkpoints]) -> Any:
     """SIGINT/SIGTERM: the first stops after the chunk (with a checkpoint), the
     second exits at once, naming the newest complete checkpoint of the
     programs trained so far (`checkpoints`, filled as they start)."""
@@ -82,20 +83,20 @@ def stop_on_signal(run: Any, checkpoints: list[Checkpoints]) -> Any:
             file=sys.stderr,
             flush=True,
         )
-        _record.close_interrupted(run)
+        sink.close_interrupted()
 
     return _interrupt.StopOnSignal(first, second)
 
 
 def failed(
-    run: Any, error: Exception, last: Path | None, where: str = ""
+    sink: Sink, error: Exception, last: Path | None, where: str = ""
 ) -> TrainingError:
     """The one-line error of a run that training stopped: a non-finite loss or
     parameter (naming the last good checkpoint), or a lost process."""
     import runners
 
     if isinstance(error, runners.PeerLostError):
-        return TrainingError(_resume.peer_lost(run, error, last))
+        return TrainingError(_resume.peer_lost(sink, error, last))
     kept = f"the last good checkpoint is {last}" if last else "no checkpoint yet"
     return TrainingError(f"{where}{error}; {kept}")
 
@@ -115,13 +116,34 @@ class Job:
     plan: tuple[int, int]
 
 
-def train(_run: Any, spec: RunSpec, t_start: float) -> float:
-    """Train, logging metrics and writing checkpoints after compiled chunks; save
-    artifacts. A plain run is one job; a sweep, one job per program, trained
-    one after another.
+@dataclasses.dataclass
+class Outcome:
+    """What `train` returns.
 
-    **Returns:** the final greedy return, averaged over episodes and seeds (Sacred
-    stores it as the run's result); for a sweep, the best member's.
+    - `value`: the final greedy return, averaged over episodes and seeds; for a
+      sweep, the best member's mean (what Sacred stores as the run's result).
+    - `results`: `runners.run`'s result of each job (one; a sweep's, one per
+      program), with the final training state, reports and returns.
+    - `agent`, `env`: what a plain run trained (a sweep's first program's agent).
+    - `info`: what the run reported (its sink's `info`).
+    """
+
+    value: float
+    results: list[Any]
+    agent: Any
+    env: Any
+    info: dict[str, Any]
+
+
+def train(
+    spec: RunSpec, sink: Sink | None = None, t_start: float | None = None
+) -> Outcome:
+    """Train `spec`, logging metrics to `sink` and (when it records into a run
+    folder) writing checkpoints after compiled chunks and artifacts at the end.
+    A plain run is one job; a sweep, one job per program, trained one after
+    another. The one core under `python -m experiments.run` (a `SacredSink`),
+    `experiments.publish` and the benchmarks (`NullSink`, the default: nothing
+    recorded, no checkpoints).
 
     **Raises:** `Interrupted` (a `KeyboardInterrupt`: Sacred marks the run
     INTERRUPTED) after a checkpoint when SIGINT or SIGTERM stopped training;
@@ -129,9 +151,10 @@ def train(_run: Any, spec: RunSpec, t_start: float) -> float:
     process of a multi-process run is lost.
     """
     t_main = time.perf_counter()
+    sink = NullSink(spec.config()) if sink is None else sink
     if spec.compilation_cache:
         jax_setup.enable_compilation_cache()
-    if _run.observers:
+    if sink.recording:
         # The learning-curve PNG needs matplotlib (~1 s to import): load it while
         # XLA compiles, which leaves the interpreter idle.
         threading.Thread(target=_record.preload_matplotlib, daemon=True).start()
@@ -139,26 +162,29 @@ def train(_run: Any, spec: RunSpec, t_start: float) -> float:
     _check_devices(spec)
     # Other processes of a multi-process run train their share quietly.
     progress = spec.progress and _distributed.is_main()
-    state, chunks = _resumed(_run, spec, agent, env)
-    sweep = _Sweep(_run, spec, agent, progress) if spec.is_sweep else None
-    recorder = None if sweep else _record.Recorder(_run, spec.num_seeds, progress)
+    state, chunks = _resumed(sink, spec, agent, env)
+    sweep = _Sweep(sink, spec, agent, progress) if spec.is_sweep else None
+    recorder = None if sweep else _record.Recorder(sink, spec.num_seeds, progress)
     if sweep is not None:
         jobs = sweep.jobs(chunks)
     else:
-        jobs = [_plain_job(_run, spec, agent, recorder, state, chunks)]
+        jobs = [_plain_job(sink, spec, agent, recorder, state, chunks)]
     checkpoints: list[Checkpoints] = []
-    stop = stop_on_signal(_run, checkpoints)
+    stop = stop_on_signal(sink, checkpoints)
     t_train = time.perf_counter()
     results = []
     for job in jobs:
-        results.append(_train_job(_run, spec, env, job, state, stop, checkpoints))
-    times = {"t_main": t_main, "t_start": t_start, "t_train": t_train}
+        results.append(_train_job(sink, spec, env, job, state, stop, checkpoints))
+    times = {"t_main": t_main, "t_start": t_main if t_start is None else t_start}
+    times["t_train"] = t_train
     if sweep is not None:
-        return sweep.finish(results, state, times)
+        value = sweep.finish(results, state, times)
+        return Outcome(value, results, jobs[0].agent, env, sink.info)
     assert recorder is not None
-    return _finish_run(
-        _run, spec, agent, env, results[0], recorder, checkpoints[0], state, times
+    value = _finish_run(
+        sink, spec, agent, env, results[0], recorder, checkpoints[0], state, times
     )
+    return Outcome(value, results, agent, env, sink.info)
 
 
 def _check_devices(spec: RunSpec) -> None:
@@ -177,7 +203,7 @@ def _check_devices(spec: RunSpec) -> None:
         )
 
 
-def _resumed(run: Any, spec: RunSpec, agent: Any, env: Any) -> tuple[Any, Any]:
+def _resumed(sink: Sink, spec: RunSpec, agent: Any, env: Any) -> tuple[Any, Any]:
     """`(state, plan)` of the checkpoint a resumed run continues from (recorded
     in `info.resumed_from`), else `(None, None)`."""
     import runners
@@ -186,14 +212,14 @@ def _resumed(run: Any, spec: RunSpec, agent: Any, env: Any) -> tuple[Any, Any]:
         return None, None
     plan = runners.plan(agent, spec.num_envs, spec.total_steps, spec.eval_every)
     state, chunks, resumed_from = _resume.load(
-        spec.resume, agent, env, dict(run.config), plan
+        spec.resume, agent, env, sink.config, plan
     )
-    run.info["resumed_from"] = resumed_from
+    sink.info["resumed_from"] = resumed_from
     return state, chunks
 
 
 def _header(
-    run: Any,
+    sink: Sink,
     spec: RunSpec,
     plan: tuple[int, int],
     steps: int,
@@ -205,52 +231,51 @@ def _header(
     """What every checkpoint of a job records; a sweep's program adds its `hp`,
     `num_runs` and `sweep` (`steps`: env steps per iteration)."""
     planned = plan[0] * plan[1] * steps
-    header = {
-        "agent": spec.agent,
-        "env": spec.env,
-        "env_params": spec.env_params,
-        "hp": spec.hp if hp is None else hp,
-        "seed": spec.seed,
-        "num_seeds": spec.num_seeds,
-    }
-    if num_runs is not None:
-        header["num_runs"] = num_runs
-    header.update(
+    return Header(
+        agent=spec.agent,
+        env=spec.env,
+        env_params=spec.env_params,
+        hp=spec.hp if hp is None else hp,
+        seed=spec.seed,
+        num_seeds=spec.num_seeds,
+        num_runs=num_runs,
         num_envs=spec.num_envs,
         total_steps=planned,
         plan={"chunks": list(plan), "total_steps": planned},
-    )
-    if sweep is not None:
-        header["sweep"] = sweep
-    header.update(config=dict(run.config), run_id=run._id)
-    return header
+        sweep=sweep,
+        config=sink.config,
+        run_id=sink.run_id,
+    ).to_json()
 
 
-def _checkpoint_root(run: Any) -> Path | None:
-    run_dir = _experiment.file_dir(run)
-    return None if run_dir is None else _resume.checkpoint_root(run_dir)
+def _checkpoint_root(sink: Sink, index: int = 0, programs: int = 1) -> Path | None:
+    """Where a job's checkpoints go: its run folder's, else nowhere yet."""
+    run_dir = sink.run_dir
+    if run_dir is None:
+        return None
+    return RunFolder(run_dir).program_checkpoints(index, programs)
 
 
 def _plain_job(
-    run: Any, spec: RunSpec, agent: Any, recorder: Any, state: Any, chunks: Any
+    sink: Sink, spec: RunSpec, agent: Any, recorder: Any, state: Any, chunks: Any
 ) -> Job:
     import runners
 
     plan = chunks or runners.plan(
         agent, spec.num_envs, spec.total_steps, spec.eval_every
     )
-    header = _header(run, spec, plan, spec.num_envs * agent.num_steps)
+    header = _header(sink, spec, plan, spec.num_envs * agent.num_steps)
     verb = f"Resuming {spec.resume} at {state.env_steps[0]:,} steps:" if state else ""
     announce = (
         f"Compiling {spec.agent} on {spec.env}: {spec.num_seeds} seed(s) x "
         f"{spec.num_envs} envs, {header['total_steps']:,} steps each ... {verb}"
     ).rstrip(" :")
-    root = _checkpoint_root(run)
+    root = _checkpoint_root(sink)
     return Job(agent, header, root, recorder, None, "", announce, plan)
 
 
 def _train_job(
-    run: Any,
+    sink: Sink,
     spec: RunSpec,
     env: Any,
     job: Job,
@@ -259,8 +284,6 @@ def _train_job(
     checkpoints: list[Checkpoints],
 ) -> Any:
     """`runners.run` for one job, with its checkpoints, signals and errors."""
-    import jax.random as jr
-
     import runners
 
     written = Checkpoints(job.root, job.header, spec.keep_checkpoints)
@@ -272,35 +295,26 @@ def _train_job(
             result = runners.run(
                 job.agent,
                 env,
-                key=jr.PRNGKey(spec.seed),
-                total_steps=spec.total_steps,
-                num_envs=spec.num_envs,
-                num_seeds=spec.num_seeds,
-                eval_every=spec.eval_every,
-                eval_episodes=spec.eval_episodes,
-                eval_at_start=spec.eval_at_start,
+                **spec.run_kwargs(),
                 callback=job.callback,
                 state=state,
                 chunks=job.plan,
-                checkpoint=written if run.observers else None,
-                checkpoint_every=spec.checkpoint_every,
+                checkpoint=written if sink.recording else None,
                 should_stop=lambda: stop.requested,
                 sweep=job.floats,
-                devices=spec.devices,
-                bitwise=spec.bitwise,
             )
     except (runners.NonFiniteError, runners.PeerLostError) as e:
-        raise failed(run, e, written.last(), job.where) from None
+        raise failed(sink, e, written.last(), job.where) from None
     finally:
         job.callback.close()
-    run.info["checkpoint_s"] = round(sum(c.seconds for c in checkpoints), 3)
+    sink.info["checkpoint_s"] = round(sum(c.seconds for c in checkpoints), 3)
     if result.stopped:
-        _resume.interrupted(run, stop.signum, written.newest())
+        _resume.interrupted(sink, stop.signum, written.newest())
     return result
 
 
 def _finish_run(
-    run: Any,
+    sink: Sink,
     spec: RunSpec,
     agent: Any,
     env: Any,
@@ -316,12 +330,12 @@ def _finish_run(
     # Each seed's final greedy return and their IQM, as Python floats (Sacred
     # stores arrays as unreadable blobs): a sweep's search maximises the IQM.
     finals = [float(r) for r in per_seed.tolist()]
-    run.info["final_returns"] = finals
-    run.info["return_iqm"] = float(stats.iqm(finals))
+    sink.info["final_returns"] = finals
+    sink.info["return_iqm"] = float(stats.iqm(finals))
     env_steps = result.reports[-1].env_steps
     trained = env_steps - (0 if state is None else int(state.env_steps[0]))
     now = time.perf_counter()
-    run.info.update(
+    sink.info.update(
         wall_s=round(now - times["t_main"], 3),
         process_s=round(now - times["t_start"], 3),
         compile_s=round(result.compile_s, 3),
@@ -329,19 +343,19 @@ def _finish_run(
         steps_per_s=round(trained * spec.num_seeds / result.train_s, 1),
         env_steps=env_steps,
     )
-    if run.observers:
+    if sink.recording:
         newest = checkpoints.newest()
         assert newest is not None  # a recorded run ends with a checkpoint
-        save_artifacts(run, result, recorder, newest, agent=spec.agent, env=spec.env)
+        save_artifacts(sink, result, recorder, newest, agent=spec.agent, env=spec.env)
         if spec.video and _distributed.is_main():
             stem = f"{spec.agent}__{spec.env}"
-            film(run, agent, result.state, env, stem)
+            film(sink, agent, result.state, env, stem)
     print(
         f"{spec.agent} on {spec.env}: final greedy return {mean:.1f} ± {std:.1f} "
         f"over {spec.num_seeds} seed(s) x {result.final_returns.shape[1]} episodes; "
         f"{env_steps:,} steps in {time.perf_counter() - times['t_start']:.1f} s wall "
-        f"(compile {result.compile_s:.1f} s, {run.info['steps_per_s']:,.0f} "
-        f"steps/s); {_experiment.where(run)}",
+        f"(compile {result.compile_s:.1f} s, {sink.info['steps_per_s']:,.0f} "
+        f"steps/s); {sink.where()}",
         flush=True,
     )
     return mean
@@ -355,15 +369,15 @@ class _Sweep:
     `<run>/checkpoints/program_<i>/`; each records the program's `hp` and
     `num_runs`, so `load_state` reads it like any run's."""
 
-    def __init__(self, run: Any, spec: RunSpec, agent: Any, progress: bool):
+    def __init__(self, sink: Sink, spec: RunSpec, agent: Any, progress: bool):
         from experiments import _members
 
-        self.run, self.spec = run, spec
-        self.members, self.programs = _members.of_config(dict(run.config), agent)
+        self.sink, self.spec = sink, spec
+        self.members, self.programs = _members.of_config(sink.config, agent)
         print(
             _members.describe(self.members, self.programs), file=sys.stderr, flush=True
         )
-        run.info["sweep_programs"] = len(self.programs)
+        sink.info["sweep_programs"] = len(self.programs)
         self.bar = _record.Recorder(None, 1, progress)
         self.curves: dict[int, list[tuple[int, float]]] = {}
 
@@ -375,7 +389,7 @@ class _Sweep:
         import runners
         import zoo
 
-        spec, run = self.spec, self.run
+        spec, sink = self.spec, self.sink
         hp = {**spec.hp, **program.static}
         agent = zoo.make(spec.agent, **hp)
         plan = chunks or runners.plan(
@@ -383,7 +397,7 @@ class _Sweep:
         )
         sweep = {"program": index, "floats": program.floats, "members": program.members}
         header = _header(
-            run,
+            sink,
             spec,
             plan,
             spec.num_envs * agent.num_steps,
@@ -391,9 +405,7 @@ class _Sweep:
             num_runs=len(program.members) * spec.num_seeds,
             sweep=sweep,
         )
-        root = _checkpoint_root(run)
-        if root is not None and len(self.programs) > 1:
-            root = root / f"program_{index}"
+        root = _checkpoint_root(sink, index, len(self.programs))
         floats = ", ".join(program.floats) or "nothing"
         static = ", ".join(f"{k}={v}" for k, v in program.static.items())
         announce = (
@@ -403,7 +415,7 @@ class _Sweep:
             f"{floats}, {header['total_steps']:,} steps each ..."
         )
         callback = _record.SweepRecorder(
-            run, self.bar, program.members, spec.num_seeds, self.curves
+            sink, self.bar, program.members, spec.num_seeds, self.curves
         )
         where = f"program {index + 1} of the sweep: "
         floats_or_none = program.floats or None
@@ -422,7 +434,7 @@ class _Sweep:
             for r, p in zip(results, self.programs, strict=True)
         )
         now = time.perf_counter()
-        self.run.info.update(
+        self.sink.info.update(
             members=table,
             best_member=best["member"],
             best_hp={**self.spec.hp, **chosen},
@@ -434,7 +446,7 @@ class _Sweep:
             steps_per_s=round(trained / max(now - times["t_train"], 1e-9), 1),
         )
         lines = _member_table(table)
-        if self.run.observers:
+        if self.sink.recording:
             self._artifacts(table, lines)
         print(lines, flush=True)
         print(
@@ -442,7 +454,7 @@ class _Sweep:
             f"seed {best['return_worst']:.1f} over {self.spec.num_seeds} seed(s); "
             f"train it alone with:\n  {command}\n{len(self.members)} members in "
             f"{time.perf_counter() - times['t_start']:.1f} s wall; "
-            f"{_experiment.where(self.run)}",
+            f"{self.sink.where()}",
             flush=True,
         )
         return float(best["return_mean"])
@@ -499,7 +511,7 @@ class _Sweep:
             path = out / "learning_curve.png"
             _record.plot_curve(path, steps, means, title, series="member")
             for name in ("members.md", "members.json", "learning_curve.png"):
-                _experiment.add_artifact(self.run, out / name)
+                self.sink.artifact(out / name)
 
 
 def _member_table(table: list[dict[str, Any]]) -> str:
@@ -518,7 +530,7 @@ def _member_table(table: list[dict[str, Any]]) -> str:
 
 
 def save_artifacts(
-    run: Any, result: Any, recorder: Any, checkpoint: Path, **header: Any
+    sink: Sink, result: Any, recorder: Any, checkpoint: Path, **header: Any
 ) -> None:
     import runners
 
@@ -542,17 +554,13 @@ def save_artifacts(
         )
         # The final checkpoint: its state.eqx, and its meta.json, which also
         # says how to rebuild the state's structure (see `load_state`).
-        _experiment.add_artifact(
-            run, checkpoint / runners.STATE_FILE, "final_state.eqx"
-        )
-        _experiment.add_artifact(
-            run, checkpoint / runners.META_FILE, "final_state.json"
-        )
+        sink.artifact(checkpoint / runners.STATE_FILE, FINAL_STATE)
+        sink.artifact(checkpoint / runners.META_FILE, FINAL_META)
         for name in ("eval_returns.json", "learning_curve.png"):
-            _experiment.add_artifact(run, out / name)
+            sink.artifact(out / name)
 
 
-def film(run: Any, agent: Any, state: Any, env: Any, stem: str) -> None:
+def film(sink: Sink, agent: Any, state: Any, env: Any, stem: str) -> None:
     """`video=True`: one greedy episode of seed 0's final policy as a GIF (and
     MP4 with ffmpeg) artifact. Runs after training, so it costs nothing until
     then, and nothing to runs without it."""
@@ -565,8 +573,8 @@ def film(run: Any, agent: Any, state: Any, env: Any, stem: str) -> None:
     episodes = _video.record_episodes(
         agent, agent_state, env, key=jr.PRNGKey(0), num_episodes=1, max_steps=10_000
     )
-    run.info["video_return"] = float(episodes.returns[0])
+    sink.info["video_return"] = float(episodes.returns[0])
     with tempfile.TemporaryDirectory() as tmp:
         stem = stem.replace("/", "_")
         for path in _video.write_video(episodes.frames[0], Path(tmp) / stem):
-            _experiment.add_artifact(run, path)
+            sink.artifact(path)

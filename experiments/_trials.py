@@ -16,6 +16,7 @@ from typing import Any
 # Workers import `experiments.run` inside each trial (after setting XLA's flags).
 from experiments import jax_setup, stats
 from experiments._errors import ConfigError
+from experiments._folder import INFO, RECORD, RunFolder
 from experiments._sacred import get_config_updates
 
 _DISTRIBUTION = re.compile(
@@ -203,7 +204,7 @@ def _attempts(slot_dir: Path) -> list[tuple[int, Path, dict[str, Any]]]:
     out = []
     if slot_dir.is_dir():
         for path in slot_dir.iterdir():
-            record = path / "run.json"
+            record = path / RECORD
             if path.name.isdigit() and record.is_file():
                 with contextlib.suppress(ValueError, OSError):
                     out.append((int(path.name), path, json.loads(record.read_text())))
@@ -227,7 +228,7 @@ def objective(info: dict[str, Any], result: Any) -> float | None:
 
 def _info(attempt: Path) -> dict[str, Any]:
     with contextlib.suppress(ValueError, OSError):
-        info = json.loads((attempt / "info.json").read_text())
+        info = json.loads((attempt / INFO).read_text())
         if isinstance(info, dict):
             return info
     return {}
@@ -270,12 +271,9 @@ def trial_state(slot_dir: Path) -> tuple[str, Any, Path | None]:
         return status, attempt_value(latest, record), latest
     best: tuple[int, Path] | None = None
     for _, path, _ in attempts:
-        steps = [int(p.name) for p in (path / "checkpoints").glob("[0-9]*")]
-        done = [
-            s for s in steps if (path / "checkpoints" / str(s) / "meta.json").is_file()
-        ]
-        if done and (best is None or max(done) >= best[0]):
-            best = (max(done), path)
+        done = RunFolder(path).checkpointed_steps()
+        if done is not None and (best is None or done >= best[0]):
+            best = (done, path)
     return status, None, None if best is None else best[1]
 
 

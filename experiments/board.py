@@ -32,6 +32,7 @@ from typing import Any
 from experiments import _mongo
 from experiments._errors import ConfigError
 from experiments._experiment import CONTENT_TYPES, ROOT
+from experiments._folder import CONFIG, INFO, METRICS, OUTPUT, RECORD, RunFolder
 from experiments._mongo_server import stop_process as stop
 
 LOOPBACK_JS = Path(__file__).parent / "omniboard" / "loopback.js"
@@ -61,21 +62,19 @@ def _same_time(a: Any, b: Any) -> bool:
 
 def record_folders(runs: Path) -> list[Path]:
     """The run folders under `runs` (`<number>/`), by number."""
-    found = [p for p in runs.iterdir() if p.is_dir() and p.name.isdigit()]
-    return sorted(found, key=lambda p: int(p.name))
+    return [folder.path for folder in RunFolder.numbered(runs)]
 
 
 def _document(folder: Path, db: Any, fs: Any, _id: int) -> tuple[dict, list[dict]]:
     """The run document Sacred's MongoDB observer would have written for the
     file record `folder`, numbered `_id`, and its metrics. Puts the artifacts
     and sources into GridFS."""
-    run = json.loads((folder / "run.json").read_text())
-    config = json.loads((folder / "config.json").read_text())
-    info_file = folder / "info.json"
-    info = json.loads(info_file.read_text()) if info_file.exists() else {}
-    cout = folder / "cout.txt"
-    metrics_file = folder / "metrics.json"
-    metrics = json.loads(metrics_file.read_text()) if metrics_file.exists() else {}
+    record = RunFolder(folder)
+    run = json.loads((folder / RECORD).read_text())
+    config = json.loads((folder / CONFIG).read_text())
+    info = record.read(INFO, {})
+    cout = folder / OUTPUT
+    metrics = record.read(METRICS, {})
     experiment = dict(run["experiment"])
     sources = []
     for name, stored in experiment.get("sources", []):
@@ -142,7 +141,7 @@ def import_records(runs: Path, db: Any) -> tuple[list[int], int, list[str]]:
     for folder in record_folders(runs):
         where = str(folder.resolve())
         try:
-            run = json.loads((folder / "run.json").read_text())
+            run = json.loads((folder / RECORD).read_text())
             start = _time(run.get("start_time"))
             if db.runs.find_one({"meta.file_record": where}, {"_id": 1}):
                 present += 1
@@ -306,40 +305,47 @@ def _stop_on_sigterm(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _database(args: Any, runs: Path) -> tuple[Any, str]:
+    """`(local server or None, host:port:db)`: the MongoDB `--mongo-db` names
+    (checked reachable), else a SecantusDB server started on `runs`' data."""
+    if args.mongo_db is None:
+        from experiments._mongo_server import LocalServer
+
+        data = Path(args.data) if args.data else runs / ".board"
+        server = LocalServer(data / "db").start()
+        print(f"MongoDB (SecantusDB) on {server.address}, data in {data}", flush=True)
+        return server, f"{server.address}:equizoo"
+    _mongo.mongo_observer(args.mongo_db)._close()  # reachable, or one line
+    spec = args.mongo_db
+    return None, spec if ":" in spec else f"localhost:27017:{spec}"
+
+
+def _import(runs: Path, spec: str) -> None:
+    """Import the file records of `runs` into the database `spec`, saying how many."""
+    import pymongo
+
+    host, port, db_name = spec.rsplit(":", 2)
+    client = pymongo.MongoClient(host, int(port), serverSelectionTimeoutMS=5000)
+    try:
+        imported, present, skipped = import_records(runs, client[db_name])
+    finally:
+        client.close()
+    for line in skipped:
+        print(line, file=sys.stderr)
+    print(
+        f"Imported {len(imported)} run(s) from {runs} into {spec}; "
+        f"{present} already there",
+        flush=True,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     server = omniboard = None
     try:
         runs, command = _check(args)
-        import pymongo
-
-        if args.mongo_db is None:
-            from experiments._mongo_server import LocalServer
-
-            data = Path(args.data) if args.data else runs / ".board"
-            server = LocalServer(data / "db").start()
-            spec = f"{server.address}:equizoo"
-            print(
-                f"MongoDB (SecantusDB) on {server.address}, data in {data}", flush=True
-            )
-        else:
-            _mongo.mongo_observer(args.mongo_db)._close()  # reachable, or one line
-            spec = args.mongo_db
-            if ":" not in spec:
-                spec = f"localhost:27017:{spec}"
-        host, port, db_name = spec.rsplit(":", 2)
-        client = pymongo.MongoClient(host, int(port), serverSelectionTimeoutMS=5000)
-        try:
-            imported, present, skipped = import_records(runs, client[db_name])
-        finally:
-            client.close()
-        for line in skipped:
-            print(line, file=sys.stderr)
-        print(
-            f"Imported {len(imported)} run(s) from {runs} into {spec}; "
-            f"{present} already there",
-            flush=True,
-        )
+        server, spec = _database(args, runs)
+        _import(runs, spec)
         log = (server.storage.parent if server else runs) / "omniboard.log"
         omniboard = start_omniboard(command, spec, args.port, log)
         print(

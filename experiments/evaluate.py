@@ -22,15 +22,15 @@ from experiments import jax_setup  # noqa: E402
 if __name__ == "__main__":
     jax_setup.set_xla_flags()  # before JAX starts, as for training
 
-import json  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import textwrap  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from experiments import _experiment, _load  # noqa: E402
+from experiments import _experiment, _load, _sink  # noqa: E402
 from experiments._errors import EvaluateError as EvaluateError  # noqa: E402
+from experiments._folder import Header, RunFolder  # noqa: E402
 
 ex = _experiment.experiment("equizoo-evaluate")
 
@@ -132,26 +132,26 @@ def _from_run(config: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(run, str | Path) or not str(run):
         raise EvaluateError(f"run: expected a run folder (e.g. runs/3), got {run!r}")
     try:
-        _, header_file = _load.where(Path(run))
-        header = json.loads(header_file.read_text())
+        _, header_file = RunFolder(run).saved_state()
+        header = Header.read(header_file)
     except FileNotFoundError as e:
         raise EvaluateError(f"run: {e}") from None
     except (OSError, ValueError) as e:
         raise EvaluateError(f"run: cannot read {run}'s record ({e})") from None
     for name in ("agent", "env"):
-        if config[name] is not None and config[name] != header.get(name):
+        if config[name] is not None and config[name] != getattr(header, name):
             raise EvaluateError(
-                f"{name}: {run} trained {name} {header.get(name)!r}, not "
+                f"{name}: {run} trained {name} {getattr(header, name)!r}, not "
                 f"{config[name]!r}; leave {name} unset to evaluate the run"
             )
-    num_runs = header.get("num_runs") or header.get("num_seeds", 1)
+    num_runs = header.runs
     seed = config["seed"]
     if type(seed) is not int or not 0 <= seed < num_runs:
         raise EvaluateError(
             f"seed: {seed!r} is not a seed of {run}, which trained {num_runs} "
             f"run(s): 0 to {num_runs - 1}"
         )
-    return {"run": Path(run), "agent": header["agent"], "env": header["env"]}
+    return {"run": Path(run), "agent": header.agent, "env": header.env}
 
 
 @ex.config_hook
@@ -166,7 +166,8 @@ def main(_run: Any) -> float:
 
     **Returns:** the mean return (Sacred stores it as the run's result).
     """
-    config = dict(_run.config)
+    sink = _sink.SacredSink(_run)
+    config = sink.config
     target = check(config)
     if config["compilation_cache"]:
         jax_setup.enable_compilation_cache()
@@ -184,10 +185,10 @@ def main(_run: Any) -> float:
         num_episodes=config["episodes"],
         max_steps=config["max_steps"],
     )
-    returns, per_agent = _record_returns(_run, env, out, target, what)
+    returns, per_agent = _record_returns(sink, env, out, target, what)
     videos = []
     if config["video"]:
-        videos = _video(_run, agent, state, env, name, config)
+        videos = _video(sink, agent, state, env, name, config)
     mean, std = float(returns.mean()), float(returns.std())
     episodes = " ".join(f"{r:g}" for r in returns.round(1))
     print(
@@ -199,7 +200,7 @@ def main(_run: Any) -> float:
             for a, r_a in per_agent.items()
         )
         + "".join(f"\nvideo: {v}" for v in videos)
-        + f"\n{_experiment.where(_run)}; {time.perf_counter() - _T_START:.1f} s",
+        + f"\n{sink.where()}; {time.perf_counter() - _T_START:.1f} s",
         flush=True,
     )
     return mean
@@ -224,7 +225,7 @@ def _agent_of(target: dict[str, Any], seed: int) -> tuple[Any, Any, Any, str]:
 
 
 def _record_returns(
-    run: Any, env: Any, out: Any, target: dict[str, Any], what: str
+    sink: _sink.Sink, env: Any, out: Any, target: dict[str, Any], what: str
 ) -> tuple[Any, dict[str, Any]]:
     """Log each episode's return (and each agent's, summed into the return on a
     multi-agent env) and the summary in `info`; `(returns, per agent)`."""
@@ -237,14 +238,14 @@ def _record_returns(
     summed = np.sum(list(per_agent.values()), axis=0) if per_agent else None
     returns = np.asarray(out) if summed is None else summed
     for i, r in enumerate(returns):
-        run.log_scalar("eval.return", float(r), i)
+        sink.log("eval.return", float(r), i)
         for a, r_a in per_agent.items():
-            run.log_scalar(f"eval.return.{a}", float(r_a[i]), i)
+            sink.log(f"eval.return.{a}", float(r_a[i]), i)
     if per_agent:
-        run.info["agent_returns"] = {
+        sink.info["agent_returns"] = {
             a: [float(r) for r in r_a] for a, r_a in per_agent.items()
         }
-    run.info.update(
+    sink.info.update(
         agent=target["agent"],
         env=target["env"],
         source=what,
@@ -258,7 +259,12 @@ def _record_returns(
 
 
 def _video(
-    run: Any, agent: Any, state: Any, env: Any, name: str, config: dict[str, Any]
+    sink: _sink.Sink,
+    agent: Any,
+    state: Any,
+    env: Any,
+    name: str,
+    config: dict[str, Any],
 ) -> list[str]:
     """Film the first `video_episodes` episodes (the same starts as the first
     evaluated episodes' only when `video_episodes == episodes`)."""
@@ -275,17 +281,17 @@ def _video(
         max_steps=min(config["max_steps"], 10_000),
     )
     frames = episodes.joined()
-    stem = f"{run.info['agent']}__{run.info['env']}".replace("/", "_")
-    run.info["video_returns"] = [float(r) for r in episodes.returns]
-    if not run.observers:
+    stem = f"{sink.info['agent']}__{sink.info['env']}".replace("/", "_")
+    sink.info["video_returns"] = [float(r) for r in episodes.returns]
+    if not sink.recording:
         out = Path("videos")
         out.mkdir(exist_ok=True)
         return [str(p) for p in _video.write_video(frames, out / stem, config["fps"])]
     with tempfile.TemporaryDirectory() as tmp:
         paths = _video.write_video(frames, Path(tmp) / stem, config["fps"])
         for path in paths:
-            _experiment.add_artifact(run, path)
-    where = _experiment.file_dir(run)
+            sink.artifact(path)
+    where = sink.run_dir
     return [str(where / p.name) if where else p.name for p in paths]
 
 

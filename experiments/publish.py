@@ -226,20 +226,22 @@ def _train_and_select(tuned: Any, seeds: int) -> tuple:
     import numpy as np
 
     import runners
-    import zoo
+    from experiments import _training
+    from experiments._spec import RunSpec
 
-    agent = zoo.make(tuned.agent, **tuned.hp)
-    env = tuned.make_env()
-    result = runners.run(
-        agent,
-        env,
-        key=jr.PRNGKey(TRAIN_KEY),
+    # `python -m experiments.run`'s training, unrecorded: one evaluation, at
+    # the end (the selection below evaluates again, on its own key).
+    spec = RunSpec.resolve(
+        agent=tuned.agent,
+        env=tuned.env,
+        seed=TRAIN_KEY,
         num_seeds=seeds,
-        total_steps=tuned.run["total_steps"],
-        num_envs=tuned.run["num_envs"],
         eval_every=None,
         eval_episodes=1,
+        progress=False,
     )
+    outcome = _training.train(spec)
+    agent, env, result = outcome.agent, outcome.env, outcome.results[0]
     select = runners.evaluate(
         agent, result.state, env, key=jr.PRNGKey(SELECT_KEY), num_episodes=EPISODES
     )
@@ -288,8 +290,8 @@ def update_docs(index: dict[str, Any]) -> None:
     DOCS.write_text(f"{head}{begin}\n{docs_table(index)}\n{end}{tail}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    from zoo import PRETRAINED_DIR, PRETRAINED_INDEX
+def _parser() -> argparse.ArgumentParser:
+    from zoo import PRETRAINED_DIR
 
     parser = argparse.ArgumentParser(
         prog="python -m experiments.publish",
@@ -314,7 +316,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="publish from uncommitted code (the provenance says +changes)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from zoo import PRETRAINED_DIR, PRETRAINED_INDEX
+
+    args = _parser().parse_args(argv)
     try:
         pairs = parse_pairs(args.pairs)
         missing = sorted({e for _, e in pairs} - set(TARGETS))

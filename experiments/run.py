@@ -31,6 +31,7 @@ from experiments import (  # noqa: E402
     _distributed,
     _experiment,
     _interrupt,
+    _sink,
     _spec,
     _training,
 )
@@ -81,7 +82,8 @@ def experiment(spec: type[_spec.RunSpec] = _spec.RunSpec) -> Any:
         `TrainingError` (FAILED) on a non-finite loss or parameter, or when
         another process of a multi-process run is lost.
         """
-        return _training.train(_run, spec.from_config(config), _T_START)
+        sink = _sink.SacredSink(_run)
+        return _training.train(spec.from_config(config), sink, _T_START).value
 
     return ex
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments._errors import ConfigError
+from experiments._folder import CONFIG
 from experiments._trials import (
     MIN_SEEDS as MIN_SEEDS,
     SPEC_FILE as SPEC_FILE,
@@ -194,7 +195,7 @@ def _trial_rows(folder: Path, keys: list[str]) -> list[dict[str, Any]]:
         if not attempts:
             continue
         _, path, record = attempts[-1]
-        flat = _flatten(json.loads((path / "config.json").read_text()))
+        flat = _flatten(json.loads((path / CONFIG).read_text()))
         rows.append(
             {
                 "trial": int(slot_dir.name),

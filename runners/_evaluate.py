@@ -1,15 +1,18 @@
 """Greedy evaluation."""
 
+from functools import partial
+from typing import Any
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
-from envs import AbstractEnv, AbstractMultiAgentEnv, AbstractWrapper
-from zoo import AbstractAgent, AbstractLearners
+from envs import ALL_AGENTS, AbstractEnv, AbstractMultiAgentEnv, AbstractWrapper
 
 from . import _multi_agent
+from ._rollout import rollout_step
 from ._train import Agent, Env, TrainState
 
 
@@ -47,18 +50,7 @@ def evaluate(
     **Raises:** `ValueError` for a `TrainState` with more than one leading axis.
     """
     _multi_agent.check_pair(agent, env)
-    if isinstance(agent, AbstractLearners):
-        assert isinstance(env, AbstractMultiAgentEnv)
-        learners, multi_env = agent, env
-        play = lambda s, k: _multi_agent.play(
-            learners, s, multi_env, k, num_episodes, max_steps, greedy
-        )
-    else:
-        assert isinstance(env, AbstractEnv)
-        single, single_env = agent, env
-        play = lambda s, k: _play(
-            single, s, single_env, k, num_episodes, max_steps, greedy
-        )
+    play = lambda s, k: _play(agent, s, env, k, num_episodes, max_steps, greedy)
     if not isinstance(state, TrainState):
         return play(state, key)
     ndim = state.iteration.ndim
@@ -75,17 +67,23 @@ def evaluate(
 
 
 def _play(
-    agent: AbstractAgent,
+    agent: Agent,
     state: PyTree,
-    env: AbstractEnv,
+    env: Env,
     key: PRNGKeyArray,
     num_episodes: int,
     max_steps: int,
     greedy: bool,
-) -> Float[Array, " episodes"]:
+) -> Float[Array, " episodes"] | dict[str, Float[Array, " episodes"]]:
+    """The return of `num_episodes` episodes played in parallel (each agent's,
+    on a multi-agent env)."""
+    multi = isinstance(env, AbstractMultiAgentEnv)
     k_reset, k_loop = jr.split(key)
     obs, env_state = jax.vmap(env.reset)(jr.split(k_reset, num_episodes))
-    returns = jnp.zeros(num_episodes)
+    if multi:
+        returns = {a: jnp.zeros(num_episodes) for a in env.agents}
+    else:
+        returns = jnp.zeros(num_episodes)
     done = jnp.zeros(num_episodes, dtype=bool)
 
     def cond(carry):
@@ -97,8 +95,14 @@ def _play(
         obs, env_state, reward, terminated, truncated = play_step(
             agent, state, env, k_loop, t, obs, env_state, greedy=greedy
         )
-        returns = returns + jnp.where(done, 0.0, reward)
-        done = done | terminated | truncated
+        if multi:
+            returns = {
+                a: r + jnp.where(done, 0.0, reward[a]) for a, r in returns.items()
+            }
+            done = done | (terminated[ALL_AGENTS] | truncated[ALL_AGENTS])
+        else:
+            returns = returns + jnp.where(done, 0.0, reward)
+            done = done | terminated | truncated
         return obs, env_state, returns, done, t + 1
 
     carry = (obs, env_state, returns, done, jnp.array(0))
@@ -107,32 +111,33 @@ def _play(
 
 
 def play_step(
-    agent: AbstractAgent,
+    agent: Agent,
     agent_state: PyTree,
-    env: AbstractEnv,
+    env: Env,
     key: PRNGKeyArray,
     t: Int[Array, ""],
     obs: PyTree,
     env_state: PyTree,
     *,
     greedy: bool = True,
-) -> tuple[PyTree, PyTree, Array, Array, Array]:
+) -> tuple[PyTree, PyTree, Any, Any, Any]:
     """Step `t` of episodes played in parallel (a leading episode axis on `obs`
     and `env_state`), as `runners.evaluate` plays them: the agent acts with
-    `jr.fold_in(key, t)`'s keys and the env steps without its auto-reset.
+    `jr.fold_in(key, t)`'s keys and the env steps without its auto-reset (a
+    multi-agent env with it).
 
     **Returns:** `(obs, env_state, reward, terminated, truncated)` after the step,
-    per episode. After its end an episode's steps mean nothing: callers mask
+    per episode (on a multi-agent env, reward, terminated and truncated per
+    agent name). After its end an episode's steps mean nothing: callers mask
     them (as `evaluate` does, and `experiments`' filming).
     """
-    num_episodes = jax.tree.leaves(obs)[0].shape[0]
-    k_act, k_env = jr.split(jr.fold_in(key, t))
-    action, _ = jax.vmap(lambda o, k: agent.act(agent_state, o, key=k, greedy=greedy))(
-        obs, jr.split(k_act, num_episodes)
+    env_step = (
+        env.step if isinstance(env, AbstractMultiAgentEnv) else partial(_step, env)
     )
-    obs, env_state, reward, terminated, truncated, _ = jax.vmap(
-        lambda k, s, a: _step(env, k, s, a)
-    )(jr.split(k_env, num_episodes), env_state, action)
+    _, _, out = rollout_step(
+        agent, agent_state, env_step, obs, env_state, jr.fold_in(key, t), greedy=greedy
+    )
+    obs, env_state, reward, terminated, truncated, _ = out
     return obs, env_state, reward, terminated, truncated
 
 

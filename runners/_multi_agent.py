@@ -10,10 +10,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
+from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
 from envs import ALL_AGENTS, AbstractEnv, AbstractMultiAgentEnv
 from zoo import AbstractAgent, AbstractLearners, Transition
+
+from ._rollout import rollout_step
 
 
 class StatsState(eqx.Module):
@@ -89,12 +91,10 @@ def transition(learners, env, agent_state, obs, env_state, key):
     """One step of every env, as `runners._train._transition`: per agent name,
     `(Transition[num_envs], ...)`, with each agent's running return in
     `info["episode_return"]`."""
-    num_envs = jax.tree.leaves(obs)[0].shape[0]
-    k_act, k_env = jr.split(key)
-    actions, extras = learners.act(agent_state, obs, key=k_act)
-    next_obs, env_state, rewards, term, trunc, info = jax.vmap(partial(step, env))(
-        jr.split(k_env, num_envs), env_state, actions
+    actions, extras, out = rollout_step(
+        learners, agent_state, partial(step, env), obs, env_state, key
     )
+    next_obs, env_state, rewards, term, trunc, info = out
     final = info["final_observation"]
     transition = {
         a: Transition(
@@ -118,38 +118,3 @@ def init(learners, env, *, key, num_envs, total_steps, state_cls):
     memory = learners.init_memory(example, num_envs)
     zero = jnp.array(0, jnp.int32)
     return state_cls(agent_state, memory, env_state, obs, k_run, zero, zero)
-
-
-def play(
-    learners: AbstractLearners,
-    state: PyTree,
-    env: AbstractMultiAgentEnv,
-    key: PRNGKeyArray,
-    num_episodes: int,
-    max_steps: int,
-    greedy: bool,
-) -> dict[str, Float[Array, " episodes"]]:
-    """Each agent's return in `num_episodes` episodes played in parallel."""
-    k_reset, k_loop = jr.split(key)
-    obs, env_state = jax.vmap(env.reset)(jr.split(k_reset, num_episodes))
-    returns = {a: jnp.zeros(num_episodes) for a in env.agents}
-    done = jnp.zeros(num_episodes, dtype=bool)
-
-    def cond(carry):
-        _, _, _, done, t = carry
-        return (t < max_steps) & ~jnp.all(done)
-
-    def body(carry):
-        obs, env_state, returns, done, t = carry
-        k_act, k_env = jr.split(jr.fold_in(k_loop, t))
-        actions, _ = learners.act(state, obs, key=k_act, greedy=greedy)
-        obs, env_state, rewards, term, trunc, _ = jax.vmap(env.step)(
-            jr.split(k_env, num_episodes), env_state, actions
-        )
-        returns = {a: r + jnp.where(done, 0.0, rewards[a]) for a, r in returns.items()}
-        ended: Bool[Array, " episodes"] = term[ALL_AGENTS] | trunc[ALL_AGENTS]
-        return obs, env_state, returns, done | ended, t + 1
-
-    carry = (obs, env_state, returns, done, jnp.array(0))
-    _, _, returns, _, _ = jax.lax.while_loop(cond, body, carry)
-    return returns

@@ -12,6 +12,7 @@ from envs import AbstractEnv, AbstractMultiAgentEnv, EpisodeStatistics
 from zoo import AbstractAgent, AbstractLearners, Transition
 
 from . import _multi_agent
+from ._rollout import rollout_step
 
 # A zoo agent on a single-agent env, or learners (`zoo.Shared`,
 # `zoo.Independent`) on a multi-agent env.
@@ -105,14 +106,10 @@ def init(
 
 def _transition(agent, env, agent_state, obs, env_state, key):
     """One step of every env: `(Transition[num_envs], env_state, obs, info)`."""
-    num_envs = obs.shape[0]
-    k_act, k_env = jr.split(key)
-    action, extras = jax.vmap(lambda o, k: agent.act(agent_state, o, key=k))(
-        obs, jr.split(k_act, num_envs)
+    action, extras, out = rollout_step(
+        agent, agent_state, env.step, obs, env_state, key
     )
-    next_obs, env_state, reward, terminated, truncated, info = jax.vmap(env.step)(
-        jr.split(k_env, num_envs), env_state, action
-    )
+    next_obs, env_state, reward, terminated, truncated, info = out
     transition = Transition(
         obs, action, reward, terminated, truncated, info["final_observation"], extras
     )

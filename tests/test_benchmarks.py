@@ -2,6 +2,7 @@
 runs themselves are timed, so they live in benchmarks/, not here)."""
 
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -180,6 +181,44 @@ def test_a_result_stays_current_while_the_code_computes_the_same_programs(
     now = ["init", "another chunk", "eval"]
     assert not table.is_current(result)
     assert not table.is_current({**result, "fingerprint": "x", "code": "now"})
+
+
+def test_measure_records_its_programs_before_training(tmp_path, monkeypatch):
+    """A row and its held-out seeds (a protocol variant, where the arguments'
+    order matters): what each result records of the code is computed before
+    its training starts, so a mistake there costs no training."""
+    import argparse
+
+    calls = []
+
+    def programs(agent, env, seeds, variant, held_out):
+        calls.append(("programs", agent, env, seeds, variant, held_out))
+        return [f"{seeds}-{variant}-{held_out}"]
+
+    def run_pair(agent, env, seeds, variant="", held_out=False):
+        calls.append(("train", seeds, variant, held_out))
+        if held_out:
+            return {"key": 1, "returns": [60.0] * seeds, "total_s": 1.0}
+        return {"eval_returns": [55.0] * seeds, "total_s": 2.0}
+
+    monkeypatch.setattr(table, "RESULTS", tmp_path)
+    monkeypatch.setattr(table, "programs", programs)
+    monkeypatch.setattr(table, "run_pair", run_pair)
+    monkeypatch.setattr(table, "code_hash", lambda: "code")
+    args = argparse.Namespace(force=False, no_held_out=False)
+    table.measure("ppo", "Asterix-MinAtar", "nosticky", 4, args)
+    assert calls == [
+        ("programs", "ppo", "Asterix-MinAtar", 4, "nosticky", False),
+        ("train", 4, "nosticky", False),
+        ("programs", "ppo", "Asterix-MinAtar", 4, "nosticky", True),
+        ("train", 4, "nosticky", True),
+    ]
+    result = json.loads(
+        table.result_path("ppo", "Asterix-MinAtar", "nosticky").read_text()
+    )
+    assert result["programs"] == ["4-nosticky-False"] and result["code"] == "code"
+    held = result["held_out"]
+    assert held["programs"] == ["4-nosticky-True"] and held["at_target"] == 4
 
 
 def test_unknown_pair_is_refused_before_anything_runs(capsys):

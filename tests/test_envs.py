@@ -287,6 +287,7 @@ def test_reset_and_step_are_written_once():
         envs.ClipAction,
         envs.EpisodeStatistics,
         envs.FlattenObservation,
+        envs.MaskObservation,
         envs.StickyActions,
     }
 
@@ -405,3 +406,53 @@ def test_sticky_prob_through_make():
     for bad in (-0.1, 1.0, "0.1", True):
         with pytest.raises(ValueError, match=r"sticky_prob|prob must be in"):
             envs.make("Breakout-MinAtar", sticky_prob=bad)
+
+
+@pytest.mark.parametrize(
+    "name, base, keep",
+    [
+        ("StatelessCartPole-v1", "CartPole-v1", [0, 2]),
+        ("StatelessPendulum-v1", "Pendulum-v1", [0, 1]),
+    ],
+)
+def test_stateless_variants_hide_the_velocities(name, base, keep, getkey):
+    env, full = (
+        envs.make(name, max_steps_in_episode=20),
+        envs.make(base, max_steps_in_episode=20),
+    )
+    assert name in envs.names() and env.name == name
+    assert env.observation_space.shape == (len(keep),)
+    np.testing.assert_array_equal(
+        env.observation_space.low, full.observation_space.low[keep]
+    )
+    key = getkey()
+    obs, state = env.reset(key)
+    full_obs, full_state = full.reset(key)
+    np.testing.assert_array_equal(obs, full_obs[jnp.array(keep)])
+    action = env.action_space.sample(key=getkey())
+    for _ in range(25):  # past an episode's end: the auto-reset's observations too
+        k = getkey()
+        obs, state, reward, term, trunc, info = env.step(k, state, action)
+        full_obs, full_state, full_reward, *_, full_info = full.step(
+            k, full_state, action
+        )
+        np.testing.assert_array_equal(obs, full_obs[jnp.array(keep)])
+        np.testing.assert_array_equal(
+            info["final_observation"], full_info["final_observation"][jnp.array(keep)]
+        )
+        assert reward == full_reward
+
+
+def test_mask_observation_refuses_bad_indices():
+    with pytest.raises(ValueError, match=r"distinct indices in \[0, 4\)"):
+        envs.MaskObservation(envs.make("CartPole-v1"), (0, 4))
+    with pytest.raises(ValueError, match="distinct indices"):
+        envs.MaskObservation(envs.make("CartPole-v1"), (1, 1))
+    with pytest.raises(ValueError, match="flat Box"):
+        envs.MaskObservation(envs.make("Breakout-MinAtar"), (0,))
+    with pytest.raises(
+        ValueError, match=r"unknown parameter\(s\) \['foo'\].*force_mag"
+    ):
+        envs.make("StatelessCartPole-v1", foo=1)
+    masked = envs.MaskObservation(envs.make("CartPole-v1"), (3,))
+    assert masked.name == "CartPole-v1[3]" and masked.observation_space.shape == (1,)

@@ -71,9 +71,9 @@ def test_a_new_key_is_recorded_reaches_main_and_resumes(noted, tmp_path):
     seen = []
     train = _training.train
 
-    def spy(run, spec, t_start):
+    def spy(spec, sink, t_start):
         seen.append(spec)
-        return train(run, spec, t_start)
+        return train(spec, sink, t_start)
 
     options = {"--file_storage": str(tmp_path)}
     with pytest.MonkeyPatch.context() as patch:
