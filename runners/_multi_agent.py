@@ -7,15 +7,13 @@ from functools import partial
 from typing import Any
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
-import jax.random as jr
 from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
 from envs import ALL_AGENTS, AbstractEnv, AbstractMultiAgentEnv
 from zoo import AbstractAgent, AbstractLearners, Transition
 
-from ._rollout import initial_carry, rollout_step
+from ._rollout import rollout_step
 
 
 class StatsState(eqx.Module):
@@ -103,21 +101,3 @@ def transition(learners, env, agent_state, obs, env_state, key, carry=()):
         for a in env.agents
     }
     return transition, env_state, next_obs, info, carry
-
-
-def init(learners, env, *, key, num_envs, total_steps, state_cls):
-    k_agent, k_env, k_example, k_run = jr.split(key, 4)
-    agent_state = learners.init(
-        env, key=k_agent, num_envs=num_envs, total_steps=total_steps
-    )
-    obs, env_state = jax.vmap(partial(reset, env))(jr.split(k_env, num_envs))
-    carry = initial_carry(learners, num_envs)
-    example = jax.eval_shape(
-        lambda: transition(
-            learners, env, agent_state, obs, env_state, k_example, carry
-        )[0]
-    )
-    example = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), example)
-    memory = learners.init_memory(example, num_envs)
-    zero = jnp.array(0, jnp.int32)
-    return state_cls(agent_state, memory, env_state, obs, k_run, zero, zero, carry)

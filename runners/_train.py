@@ -1,5 +1,6 @@
 """The compiled part: one `lax.scan` over training iterations, envs vmapped."""
 
+from functools import partial
 from typing import Any, final
 
 import equinox as eqx
@@ -77,35 +78,35 @@ def init(
 ) -> TrainState:
     """The state a run starts from: fresh agent state, empty memory, reset envs."""
     validate(agent, env, num_envs, total_steps)
+    k_agent, k_env, k_example, k_run = jr.split(key, 4)
+    step_fn: Any
     if isinstance(agent, AbstractLearners):
-        return _multi_agent.init(
-            agent,
-            env,
-            key=key,
+        # Multi-agent envs keep their episode statistics per agent.
+        assert isinstance(env, AbstractMultiAgentEnv)
+        agent_state = agent.init(
+            env, key=k_agent, num_envs=num_envs, total_steps=total_steps
+        )
+        stepped: Any = env
+        reset, step_fn = partial(_multi_agent.reset, env), _multi_agent.transition
+        init_memory = agent.init_memory
+    else:
+        assert isinstance(env, AbstractEnv)
+        agent_state = agent.init(
+            env.observation_space,
+            env.action_space,
+            key=k_agent,
             num_envs=num_envs,
             total_steps=total_steps,
-            state_cls=TrainState,
         )
-    assert isinstance(env, AbstractEnv)
-    wrapped = _wrap(env)
-    k_agent, k_env, k_example, k_run = jr.split(key, 4)
-    agent_state = agent.init(
-        env.observation_space,
-        env.action_space,
-        key=k_agent,
-        num_envs=num_envs,
-        total_steps=total_steps,
-    )
-    obs, env_state = jax.vmap(wrapped.reset)(jr.split(k_env, num_envs))
+        stepped = _wrap(env)
+        reset, step_fn, init_memory = stepped.reset, _transition, agent.memory.init
+    obs, env_state = jax.vmap(reset)(jr.split(k_env, num_envs))
     carry = initial_carry(agent, num_envs)
     # Shapes and dtypes of one transition, to size the memory.
-    example = jax.eval_shape(
-        lambda: _transition(
-            agent, wrapped, agent_state, obs, env_state, k_example, carry
-        )[0]
-    )
+    step = (agent, stepped, agent_state, obs, env_state, k_example, carry)
+    example = jax.eval_shape(lambda: step_fn(*step))[0]
     example = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), example)
-    memory = agent.memory.init(example, num_envs)
+    memory = init_memory(example, num_envs)
     zero = jnp.array(0, jnp.int32)
     return TrainState(agent_state, memory, env_state, obs, k_run, zero, zero, carry)
 
