@@ -86,9 +86,21 @@ HELD_OUT_KEY = configs.HELD_OUT_KEY
 # A row passes the held-out check when this share of its seeds reach the target.
 HELD_OUT_PASS = 23 / 24
 
-# Protocol variants, each measured beside the pairs whose block sets every
-# env parameter it overrides: name -> env_params overrides.
-VARIANTS: dict[str, dict] = {"nosticky": {"sticky_prob": 0}}
+# Variants, each measured beside the pairs it applies to: name -> what it
+# overrides in the block (`env_params`, `hp`) and which blocks it applies to.
+# "nosticky": MinAtar without sticky actions, for gymnax's figures;
+# "memoryless": a recurrent block with the feed-forward torso, same budget,
+# to show what memory buys.
+VARIANTS: dict[str, dict] = {
+    "nosticky": {
+        "env_params": {"sticky_prob": 0},
+        "when": lambda block: "sticky_prob" in (block.get("env_params") or {}),
+    },
+    "memoryless": {
+        "hp": {"torso": "auto"},
+        "when": lambda block: (block.get("hp") or {}).get("torso") in ("gru", "lstm"),
+    },
+}
 
 # Greedy episodes per seed at each tenth of training and at the end: one
 # number, so that one evaluation program is compiled.
@@ -115,17 +127,20 @@ def held_out_seeds(env: str) -> int:
 
 
 def variants(block: dict) -> list[str]:
-    """The protocol variants measured for a block besides its own (`""`)."""
-    params = block.get("env_params") or {}
-    return [""] + [v for v, over in VARIANTS.items() if set(over) <= set(params)]
+    """The variants measured for a block besides its own (`""`)."""
+    return [""] + [v for v, over in VARIANTS.items() if over["when"](block)]
 
 
 def variant_block(block: dict, variant: str) -> dict:
-    """`block` with the env parameters of `variant` applied."""
+    """`block` with the env parameters and hyperparameters of `variant`
+    applied."""
     if not variant:
         return block
-    params = {**(block.get("env_params") or {}), **VARIANTS[variant]}
-    return {**block, "env_params": params}
+    out = dict(block)
+    for part in ("env_params", "hp"):
+        if part in VARIANTS[variant]:
+            out[part] = {**(block.get(part) or {}), **VARIANTS[variant][part]}
+    return out
 
 
 def rows() -> list[tuple[str, str, str]]:
@@ -289,10 +304,13 @@ def row_spec(
     block = tuned(agent_name, env_name)
     assert block is not None
     block = variant_block(block, variant)
+    # A variant's hyperparameters update the tuned ones, as `with hp.x=...`.
+    hp = {"hp": VARIANTS[variant]["hp"]} if "hp" in VARIANTS.get(variant, {}) else {}
     spec = experiments.RunSpec.resolve(
         agent=agent_name,
         env=env_name,
         env_params=block.get("env_params", {}),
+        **hp,
         seed=HELD_OUT_KEY if held_out else TABLE_KEY,
         num_seeds=seeds,
         eval_episodes=EVAL_EPISODES,

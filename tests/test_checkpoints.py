@@ -49,7 +49,14 @@ SMALL = {
         **kw,
     ),
 }
-ENV = {"dqn": "CartPole-v1", "ppo": "CartPole-v1", "sac": "Pendulum-v1"}
+# A recurrent PPO: its per-env carry is in the state, and must resume too.
+SMALL["ppo_gru"] = lambda **kw: SMALL["ppo"](torso="gru", cell_size=8, **kw)
+ENV = {
+    "dqn": "CartPole-v1",
+    "ppo": "CartPole-v1",
+    "sac": "Pendulum-v1",
+    "ppo_gru": "StatelessCartPole-v1",
+}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -195,7 +202,7 @@ def _same_reports(a, b):
 @pytest.mark.parametrize(
     ("agent_name", "num_seeds"),
     # Several seeds each: one seed is the same code path with a shorter axis.
-    [("dqn", 3), ("ppo", 3), ("sac", 2)],
+    [("dqn", 3), ("ppo", 3), ("sac", 2), ("ppo_gru", 2)],
 )
 def test_resume_is_exact(tmp_path, agent_name, num_seeds):
     agent, env = SMALL[agent_name](), envs.make(ENV[agent_name])

@@ -32,7 +32,7 @@ def python_code(page: Path) -> str:
 
 
 def test_tutorials_are_found():
-    assert len(TUTORIALS) == 7
+    assert len(TUTORIALS) == 8
     for page in TUTORIALS:
         assert python_code(page).strip(), f"{page.name} has no Python to run"
 

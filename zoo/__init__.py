@@ -25,6 +25,7 @@ from ._multi_agent import (
     Shared as Shared,
 )
 from ._networks import (
+    RECURRENT as RECURRENT,
     TORSOS as TORSOS,
     Critic as Critic,
     DeterministicActor as DeterministicActor,
@@ -32,10 +33,12 @@ from ._networks import (
     GaussianActor as GaussianActor,
     QCritic as QCritic,
     QNetwork as QNetwork,
+    RecurrentTorso as RecurrentTorso,
     SDEActor as SDEActor,
     SquashedGaussianActor as SquashedGaussianActor,
     Torso as Torso,
     conv3x3 as conv3x3,
+    initial_cell_carry as initial_cell_carry,
     torso_kind as torso_kind,
 )
 from ._normalize import RunningStats as RunningStats
@@ -48,7 +51,11 @@ from ._off_policy import (
 from ._on_policy import (
     AbstractActorCritic as AbstractActorCritic,
     ActorCriticState as ActorCriticState,
+    episode_starts as episode_starts,
     gae as gae,
+    next_outputs as next_outputs,
+    to_sequences as to_sequences,
+    unroll as unroll,
 )
 from ._ppo import PPO as PPO, PPOState as PPOState
 from ._pqn import PQN as PQN, PQNState as PQNState, lambda_returns as lambda_returns

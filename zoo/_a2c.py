@@ -14,7 +14,6 @@ from ._on_policy import (
     AbstractActorCritic,
     ActorCriticState,
     explained_variance,
-    flatten_rollout,
 )
 
 # A2C's state is the actor-critic state it shares with PPO.
@@ -40,7 +39,8 @@ class A2C(AbstractActorCritic):
       the paper's n-step returns).
     - `vf_coef`, `ent_coef`: loss weights.
     - `normalize_advantages`: normalise advantages over the rollout.
-    - `reward_scale`, `log_std_init`, `hidden_sizes`, `activation`,
+    - `reward_scale`, `log_std_init`, `hidden_sizes`, `activation`, `torso`,
+      `cell_size`, `sequence_length`,
       `normalize_obs`, `scale_obs`: as for PPO.
     """
 
@@ -61,6 +61,8 @@ class A2C(AbstractActorCritic):
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     activation: str = eqx.field(static=True, default="tanh")
     torso: str = eqx.field(static=True, default="auto")
+    cell_size: int = eqx.field(static=True, default=128)
+    sequence_length: int | None = eqx.field(static=True, default=None)
     normalize_obs: bool = eqx.field(static=True, default=False)
     scale_obs: bool = eqx.field(static=True, default=False)
 
@@ -95,10 +97,9 @@ class A2C(AbstractActorCritic):
     def steps_per_rollout(self) -> int:
         return 1
 
-    def _loss(self, nets, batch, advantages, returns):
+    def _loss(self, nets, batch, advantages, returns, starts=None):
         actor, critic = nets
-        log_prob, entropy = self.policy_batch(actor, batch)
-        value = jax.vmap(critic)(batch.obs)
+        log_prob, entropy, value = self.evaluate_batch(actor, critic, batch, starts)
         if self.normalize_advantages:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         policy_loss = -jnp.mean(jax.lax.stop_gradient(advantages) * log_prob)
@@ -112,10 +113,11 @@ class A2C(AbstractActorCritic):
         self, state: ActorCriticState, memory: RolloutState, *, key: PRNGKeyArray
     ) -> tuple[ActorCriticState, RolloutState, Metrics]:
         traj, advantages, returns = self.advantages(state, memory)
-        batch, advantages, returns = flatten_rollout((traj, advantages, returns))
+        data = self.training_batch(traj, advantages, returns)
+        batch, returns = data[0], data[2]
         nets = (state.actor, state.critic)
         (loss, metrics), grads = eqx.filter_value_and_grad(self._loss, has_aux=True)(
-            nets, batch, advantages, returns
+            nets, *data
         )
         params = eqx.filter(nets, eqx.is_inexact_array)
         updates, opt_state = self.make_optimizer(state.horizon).update(

@@ -1,7 +1,7 @@
 """The agent protocol."""
 
 import abc
-from typing import Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -12,10 +12,13 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 from envs import Box, Space
 
 from ._memory import AbstractMemory, Transition
-from ._networks import TORSOS, torso_kind
+from ._networks import RECURRENT, TORSOS, torso_kind
 from ._normalize import RunningStats
 
 Extras = dict[str, Array]
+
+# The agents that take a recurrent torso, for the error that refuses the others.
+RECURRENT_AGENTS = ("PPO", "A2C", "PQN")
 Metrics = dict[str, Array]
 
 
@@ -52,6 +55,15 @@ class AbstractAgent(eqx.Module, Generic[S]):
     normalize_obs: eqx.AbstractVar[bool]
     scale_obs: eqx.AbstractVar[bool]
     torso: eqx.AbstractVar[str]
+    # Whether `torso` may be recurrent ("gru", "lstm"): the agent then has a
+    # `cell_size`, implements `initial_carry` and `act_step`, and learns
+    # from sequences.
+    supports_recurrence: ClassVar[bool] = False
+
+    @property
+    def recurrent(self) -> bool:
+        """Whether this agent's torso is recurrent (its carry is not `()`)."""
+        return self.torso in RECURRENT
 
     def __check_init__(self):
         if self.normalize_obs and self.scale_obs:
@@ -64,6 +76,12 @@ class AbstractAgent(eqx.Module, Generic[S]):
                 f"{type(self).__name__}: unknown torso {self.torso!r}; valid ones: "
                 f"{TORSOS} ('auto' picks 'cnn' for [height, width, channels] "
                 "observations, 'mlp' otherwise)"
+            )
+        if self.torso in RECURRENT and not self.supports_recurrence:
+            raise ValueError(
+                f"{type(self).__name__}: torso={self.torso!r} is not supported yet "
+                f"(recurrent torsos: {', '.join(RECURRENT_AGENTS)}); use 'auto', "
+                "'mlp' or 'cnn'"
             )
 
     def check_observations(self, obs_space: Space) -> None:
@@ -222,6 +240,17 @@ def scaled_stats(obs_space: Space, *, who: str = "scaled_stats") -> RunningStats
     return RunningStats(
         jnp.asarray(mean, jnp.float32), jnp.asarray(var, jnp.float32), jnp.array(0.0)
     )
+
+
+def check_cell_size(agent: "AbstractAgent") -> None:
+    """A `ValueError` unless a recurrent agent's `cell_size` is a positive
+    integer."""
+    size = agent.cell_size  # pyright: ignore[reportAttributeAccessIssue]
+    if agent.recurrent and (type(size) is not int or size <= 0):
+        raise ValueError(
+            f"{type(agent).__name__}: cell_size (the {agent.torso} cell's hidden "
+            f"size) must be a positive integer, got {size!r}"
+        )
 
 
 def check_positive(agent: eqx.Module, *names: str) -> None:

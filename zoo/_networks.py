@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import Array, Float, PRNGKeyArray, Shaped
+from jaxtyping import Array, Float, PRNGKeyArray, PyTree, Shaped
 
 ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "relu": jax.nn.relu,
@@ -65,16 +65,21 @@ def uniform_fan_in(module: T, *, key: PRNGKeyArray) -> T:
     return eqx.tree_at(where, module, values)
 
 
-TORSOS = ("auto", "mlp", "cnn")
+# Recurrent torsos: the feed-forward torso "auto" picks, then Equinox's cell.
+RECURRENT = ("gru", "lstm")
+TORSOS = ("auto", "mlp", "cnn", *RECURRENT)
 
 
 def torso_kind(torso: str, obs_shape: tuple[int, ...], *, who: str = "agent") -> str:
-    """`"mlp"` or `"cnn"`: the torso `torso` names for observations of
-    `obs_shape`. `"auto"` picks the CNN for image observations (three axes,
-    `[height, width, channels]` as gymnax's MinAtar gives them) and the MLP
-    otherwise; a `ValueError` names what is wrong with any other choice."""
+    """`"mlp"`, `"cnn"`, `"gru"` or `"lstm"`: the torso `torso` names for
+    observations of `obs_shape`. `"auto"` picks the CNN for image observations
+    (three axes, `[height, width, channels]` as gymnax's MinAtar gives them) and
+    the MLP otherwise; a `ValueError` names what is wrong with any other choice.
+    The recurrent ones put the torso `"auto"` picks before their cell."""
     if torso not in TORSOS:
         raise ValueError(f"{who}: unknown torso {torso!r}; valid ones: {TORSOS}")
+    if torso in RECURRENT:
+        return torso
     if torso == "auto":
         return "cnn" if len(obs_shape) == 3 else "mlp"
     if torso == "cnn" and len(obs_shape) != 3:
@@ -181,6 +186,11 @@ class Torso(eqx.Module):
                 f"unknown activation {activation!r}; valid ones: {sorted(ACTIVATIONS)}"
             )
         obs_shape = tuple(obs_shape)
+        if kind in RECURRENT:
+            raise ValueError(
+                f"Torso: kind={kind!r} is recurrent; build a RecurrentTorso (or "
+                "pass the network torso=...) instead"
+            )
         if torso_kind(kind, obs_shape, who="Torso") == "cnn":
             # Split only here: MLP torsos draw from `key` exactly as before.
             k_conv, key = jr.split(key)
@@ -258,6 +268,111 @@ class Torso(eqx.Module):
             x = fn(x)
         return x
 
+    def step(self, carry: PyTree, obs: Shaped[Array, "..."]) -> tuple[Array, PyTree]:
+        """`(features, carry)`: a feed-forward torso passes the carry through."""
+        return self(obs), carry
+
+
+@final
+class RecurrentTorso(eqx.Module):
+    """A feed-forward `Torso` (the one `"auto"` picks: dense layers, after a
+    convolution for images) followed by one of Equinox's recurrent cells
+    (`eqx.nn.GRUCell` or `eqx.nn.LSTMCell`, `cell_size` units). As with the
+    cells, the carry goes in and the next one comes back out: `step(carry,
+    obs) -> (features, carry)`, the features being the cell's output."""
+
+    body: Torso
+    cell: eqx.nn.GRUCell | eqx.nn.LSTMCell
+    kind: str = eqx.field(static=True)
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        hidden_sizes: Sequence[int],
+        activation: str,
+        *,
+        kind: str,
+        cell_size: int,
+        key: PRNGKeyArray,
+        **torso_kwargs,
+    ):
+        if kind not in RECURRENT:
+            raise ValueError(
+                f"RecurrentTorso: unknown cell {kind!r}; valid ones: {RECURRENT}"
+            )
+        if type(cell_size) is not int or cell_size <= 0:
+            raise ValueError(
+                f"RecurrentTorso: cell_size must be a positive integer, got "
+                f"{cell_size!r}"
+            )
+        k_body, k_cell = jr.split(key)
+        self.body = Torso(
+            obs_shape, hidden_sizes, activation, key=k_body, **torso_kwargs
+        )
+        cell = eqx.nn.GRUCell if kind == "gru" else eqx.nn.LSTMCell
+        self.cell = cell(self.body.out_size, cell_size, key=k_cell)
+        self.kind = kind
+
+    @property
+    def out_size(self) -> int:
+        return int(self.cell.hidden_size)
+
+    def initial_carry(self) -> PyTree:
+        """The carry at an episode's start: zeros (`(h, c)` for the LSTM)."""
+        return initial_cell_carry(self.kind, self.out_size)
+
+    def step(self, carry: PyTree, obs: Shaped[Array, "..."]) -> tuple[Array, PyTree]:
+        x = self.body(obs)
+        if isinstance(self.cell, eqx.nn.LSTMCell):
+            carry = self.cell(x, carry)
+            return carry[0], carry
+        carry = self.cell(x, carry)
+        return carry, carry
+
+    def __call__(self, obs: Shaped[Array, "..."]) -> Array:
+        raise TypeError(
+            f"a {self.kind} torso is recurrent: call step(carry, obs) with a carry "
+            "from initial_carry()"
+        )
+
+
+def initial_cell_carry(kind: str, cell_size: int) -> PyTree:
+    """Zeros shaped as one `kind` cell's carry (`()` for a feed-forward torso)."""
+    if kind == "gru":
+        return jnp.zeros((cell_size,))
+    if kind == "lstm":
+        return (jnp.zeros((cell_size,)), jnp.zeros((cell_size,)))
+    return ()
+
+
+def make_torso(
+    obs_shape: tuple[int, ...],
+    hidden_sizes: Sequence[int],
+    activation: str,
+    *,
+    kind: str,
+    cell_size: int | None = None,
+    key: PRNGKeyArray,
+    **torso_kwargs,
+) -> "Torso | RecurrentTorso":
+    """The torso `kind` names: a `Torso`, or with `"gru"`/`"lstm"` a
+    `RecurrentTorso` of `cell_size` units."""
+    if kind in RECURRENT:
+        if cell_size is None:
+            raise ValueError(f"torso={kind!r} needs a cell_size")
+        return RecurrentTorso(
+            obs_shape,
+            hidden_sizes,
+            activation,
+            kind=kind,
+            cell_size=cell_size,
+            key=key,
+            **torso_kwargs,
+        )
+    return Torso(
+        obs_shape, hidden_sizes, activation, kind=kind, key=key, **torso_kwargs
+    )
+
 
 @final
 class QNetwork(eqx.Module):
@@ -268,7 +383,7 @@ class QNetwork(eqx.Module):
     (QR-DQN); the dueling combination then applies atom by atom.
     """
 
-    torso: Torso
+    torso: Torso | RecurrentTorso
     head: eqx.nn.Linear
     value_head: eqx.nn.Linear | None
     num_actions: int = eqx.field(static=True)
@@ -285,15 +400,17 @@ class QNetwork(eqx.Module):
         num_atoms: int | None = None,
         layer_norm: bool = False,
         torso: str = "auto",
+        cell_size: int | None = None,
         key: PRNGKeyArray,
     ):
         k1, k2, k3 = jr.split(key, 3)
         atoms = num_atoms or 1
-        self.torso = Torso(
+        self.torso = make_torso(
             obs_shape,
             hidden_sizes,
             activation,
             kind=torso,
+            cell_size=cell_size,
             layer_norm=layer_norm,
             key=k1,
         )
@@ -307,7 +424,14 @@ class QNetwork(eqx.Module):
     def __call__(
         self, obs: Shaped[Array, "..."]
     ) -> Float[Array, " actions"] | Float[Array, "actions atoms"]:
-        x = self.torso(obs)
+        return self._q(self.torso(obs))
+
+    def step(self, carry: PyTree, obs: Shaped[Array, "..."]) -> tuple[Array, PyTree]:
+        """`(Q(obs, ·), carry)` through a recurrent torso's carry."""
+        x, carry = self.torso.step(carry, obs)
+        return self._q(x), carry
+
+    def _q(self, x: Float[Array, " features"]) -> Array:
         q = self.head(x).reshape(self.num_actions, self.num_atoms or 1)
         if self.value_head is not None:
             q = self.value_head(x)[None, :] + q - jnp.mean(q, axis=0, keepdims=True)
@@ -318,7 +442,7 @@ class QNetwork(eqx.Module):
 class Critic(eqx.Module):
     """State value `V(obs)`."""
 
-    torso: Torso
+    torso: Torso | RecurrentTorso
     head: eqx.nn.Linear
 
     def __init__(
@@ -328,21 +452,34 @@ class Critic(eqx.Module):
         activation: str = "tanh",
         *,
         torso: str = "auto",
+        cell_size: int | None = None,
         key: PRNGKeyArray,
     ):
         k1, k2 = jr.split(key)
-        self.torso = Torso(obs_shape, hidden_sizes, activation, kind=torso, key=k1)
+        self.torso = make_torso(
+            obs_shape,
+            hidden_sizes,
+            activation,
+            kind=torso,
+            cell_size=cell_size,
+            key=k1,
+        )
         self.head = _linear(self.torso.out_size, 1, 1.0, key=k2)
 
     def __call__(self, obs: Shaped[Array, "..."]) -> Float[Array, ""]:
         return self.head(self.torso(obs))[0]
+
+    def step(self, carry: PyTree, obs: Shaped[Array, "..."]) -> tuple[Array, PyTree]:
+        """`(V(obs), carry)` through a recurrent torso's carry."""
+        x, carry = self.torso.step(carry, obs)
+        return self.head(x)[0], carry
 
 
 @final
 class DiscreteActor(eqx.Module):
     """Logits of a categorical policy."""
 
-    torso: Torso
+    torso: Torso | RecurrentTorso
     head: eqx.nn.Linear
 
     def __init__(
@@ -353,15 +490,28 @@ class DiscreteActor(eqx.Module):
         activation: str = "tanh",
         *,
         torso: str = "auto",
+        cell_size: int | None = None,
         key: PRNGKeyArray,
     ):
         k1, k2 = jr.split(key)
-        self.torso = Torso(obs_shape, hidden_sizes, activation, kind=torso, key=k1)
+        self.torso = make_torso(
+            obs_shape,
+            hidden_sizes,
+            activation,
+            kind=torso,
+            cell_size=cell_size,
+            key=k1,
+        )
         # A small final gain keeps the initial policy close to uniform.
         self.head = _linear(self.torso.out_size, num_actions, 0.01, key=k2)
 
     def __call__(self, obs: Shaped[Array, "..."]) -> Float[Array, " actions"]:
         return self.head(self.torso(obs))
+
+    def step(self, carry: PyTree, obs: Shaped[Array, "..."]) -> tuple[Array, PyTree]:
+        """`(logits, carry)` through a recurrent torso's carry."""
+        x, carry = self.torso.step(carry, obs)
+        return self.head(x), carry
 
 
 @final
@@ -369,7 +519,7 @@ class GaussianActor(eqx.Module):
     """Mean and log standard deviation of a diagonal Gaussian policy; the log
     standard deviation is a state-independent parameter."""
 
-    torso: Torso
+    torso: Torso | RecurrentTorso
     head: eqx.nn.Linear
     log_std: Float[Array, " action_dim"]
 
@@ -382,10 +532,18 @@ class GaussianActor(eqx.Module):
         log_std_init: float | Float[Array, ""] = 0.0,
         *,
         torso: str = "auto",
+        cell_size: int | None = None,
         key: PRNGKeyArray,
     ):
         k1, k2 = jr.split(key)
-        self.torso = Torso(obs_shape, hidden_sizes, activation, kind=torso, key=k1)
+        self.torso = make_torso(
+            obs_shape,
+            hidden_sizes,
+            activation,
+            kind=torso,
+            cell_size=cell_size,
+            key=k1,
+        )
         self.head = _linear(self.torso.out_size, action_dim, 0.01, key=k2)
         self.log_std = jnp.full((action_dim,), log_std_init, dtype=jnp.float32)
 
@@ -393,6 +551,11 @@ class GaussianActor(eqx.Module):
         self, obs: Shaped[Array, "..."]
     ) -> tuple[Float[Array, " action_dim"], Float[Array, " action_dim"]]:
         return self.head(self.torso(obs)), self.log_std
+
+    def step(self, carry: PyTree, obs: Shaped[Array, "..."]) -> tuple[tuple, PyTree]:
+        """`((mean, log_std), carry)` through a recurrent torso's carry."""
+        x, carry = self.torso.step(carry, obs)
+        return (self.head(x), self.log_std), carry
 
 
 @final

@@ -14,14 +14,14 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import optax
-from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree, Shaped
 
 from envs import Box, Discrete, Space
 
 from . import _distributions as dist
-from ._agent import AbstractAgent, AbstractState, Extras
+from ._agent import AbstractAgent, AbstractState, Extras, check_cell_size
 from ._memory import Rollout, RolloutState, Transition
-from ._networks import Critic, DiscreteActor, GaussianActor
+from ._networks import Critic, DiscreteActor, GaussianActor, initial_cell_carry
 from ._normalize import RunningStats
 
 
@@ -81,8 +81,21 @@ def minibatch_epochs(
 
 def check_minibatches(agent: eqx.Module, num_envs: int) -> None:
     """A `ValueError` unless a rollout of `num_envs * agent.num_steps`
-    transitions splits into `agent.num_minibatches` equal minibatches."""
+    transitions splits into `agent.num_minibatches` equal minibatches (for a
+    recurrent agent, its sequences do)."""
     steps, minibatches = agent.num_steps, agent.num_minibatches  # pyright: ignore
+    if getattr(agent, "recurrent", False):
+        length = sequence_length(agent)
+        count = num_envs * steps // length
+        if count % minibatches:
+            raise ValueError(
+                f"{type(agent).__name__}: the rollout's num_envs * num_steps / "
+                f"sequence_length = {num_envs} * {steps} / {length} = {count} "
+                f"sequences do not split into num_minibatches={minibatches} equal "
+                "minibatches (a recurrent agent's minibatches are whole sequences); "
+                "choose num_envs, sequence_length or num_minibatches to match."
+            )
+        return
     batch = num_envs * steps
     if batch % minibatches:
         raise ValueError(
@@ -96,6 +109,72 @@ def check_minibatches(agent: eqx.Module, num_envs: int) -> None:
 def flatten_rollout(tree: PyTree) -> PyTree:
     """Merge the `[num_steps, num_envs]` axes of every leaf into one."""
     return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), tree)
+
+
+def sequence_length(agent: eqx.Module) -> int:
+    """A recurrent agent's training sequence length: its `sequence_length`, or
+    the whole rollout (`num_steps`) when that is `None`."""
+    length = getattr(agent, "sequence_length", None)
+    return agent.num_steps if length is None else length  # pyright: ignore
+
+
+def check_sequence_length(agent: eqx.Module) -> None:
+    """A `ValueError` unless `sequence_length` is `None` or a positive divisor
+    of `num_steps`."""
+    length, steps = getattr(agent, "sequence_length", None), agent.num_steps  # pyright: ignore
+    if length is None:
+        return
+    if type(length) is not int or length <= 0 or steps % length:
+        raise ValueError(
+            f"{type(agent).__name__}: sequence_length={length!r} does not divide the "
+            f"rollout of num_steps={steps}; choose a positive divisor of num_steps "
+            "(or None for whole rollouts)"
+        )
+
+
+def episode_starts(traj: Transition) -> Bool[Array, "T envs"]:
+    """Where a carry is reset before the step (an episode started after the
+    step before ended); never at the rollout's first step, whose stored carry
+    was reset when it was collected."""
+    done = traj.terminated | traj.truncated
+    return jnp.concatenate([jnp.zeros_like(done[:1]), done[:-1]])
+
+
+def to_sequences(tree: PyTree, length: int) -> PyTree:
+    """`[T, envs, ...]` leaves cut into sequences of `length` consecutive
+    steps of one env: `[T // length * envs, length, ...]`, in time order within
+    each (minibatches then take whole sequences, never shuffled across time)."""
+
+    def cut(x):
+        t, envs = x.shape[:2]
+        x = x.reshape(t // length, length, envs, *x.shape[2:])
+        return jnp.swapaxes(x, 1, 2).reshape(t // length * envs, length, *x.shape[3:])
+
+    return jax.tree.map(cut, tree)
+
+
+def unroll(
+    step: Callable[[PyTree, Array], tuple[PyTree, PyTree]],
+    carry: PyTree,
+    obs: Shaped[Array, "T ..."],
+    starts: Bool[Array, " T"],
+    initial: PyTree,
+) -> tuple[PyTree, PyTree]:
+    """Run a recurrent network's `step(carry, obs) -> (output, carry)` over one
+    env's sequence from `carry`, putting the carry back at `initial` before
+    each step where `starts` says an episode began.
+
+    **Returns:** `(outputs, carries)` per step, each carry the one after its step
+    (before any reset)."""
+
+    def body(c, x):
+        o, start = x
+        c = jax.tree.map(lambda i, c: jnp.where(start, i, c), initial, c)
+        y, c = step(c, o)
+        return c, (y, c)
+
+    _, (outputs, carries) = jax.lax.scan(body, carry, (obs, starts))
+    return outputs, carries
 
 
 @final
@@ -123,6 +202,9 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
     log_std_init: eqx.AbstractVar[float]
     hidden_sizes: eqx.AbstractVar[tuple[int, ...]]
     activation: eqx.AbstractVar[str]
+    cell_size: eqx.AbstractVar[int]
+    sequence_length: eqx.AbstractVar[int | None]
+    supports_recurrence = True
 
     @abc.abstractmethod
     def make_optimizer(self, horizon: Int[Array, ""]) -> optax.GradientTransformation:
@@ -145,6 +227,8 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
             )
         if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
             raise ValueError(f"{name}: gamma and gae_lambda must be in [0, 1]")
+        check_cell_size(self)
+        check_sequence_length(self)
 
     def init(
         self,
@@ -157,6 +241,7 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
     ) -> ActorCriticState:
         k_actor, k_critic = jr.split(key)
         shape = obs_space.shape
+        cell_size = self.cell_size if self.recurrent else None
         if isinstance(action_space, Discrete):
             actor = DiscreteActor(
                 shape,
@@ -164,6 +249,7 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
                 self.hidden_sizes,
                 self.activation,
                 torso=self.torso,
+                cell_size=cell_size,
                 key=k_actor,
             )
         else:
@@ -174,10 +260,16 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
                 self.activation,
                 self.log_std_init,
                 torso=self.torso,
+                cell_size=cell_size,
                 key=k_actor,
             )
         critic = Critic(
-            shape, self.hidden_sizes, self.activation, torso=self.torso, key=k_critic
+            shape,
+            self.hidden_sizes,
+            self.activation,
+            torso=self.torso,
+            cell_size=cell_size,
+            key=k_critic,
         )
         updates = max(total_steps // (num_envs * self.num_steps), 1)
         horizon = jnp.array(updates * self.steps_per_rollout())
@@ -196,12 +288,14 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
 
     def policy(self, actor, obs, action):
         """Log-probability of `action` and the policy's entropy at `obs`."""
+        return self.policy_of(actor, actor(obs), action)
+
+    def policy_of(self, actor, out, action):
+        """Log-probability of `action` and the entropy of the policy `actor`
+        output (logits, or a Gaussian's mean and log standard deviation)."""
         if isinstance(actor, DiscreteActor):
-            logits = actor(obs)
-            return dist.categorical_log_prob(logits, action), dist.categorical_entropy(
-                logits
-            )
-        mean, log_std = actor(obs)
+            return dist.categorical_log_prob(out, action), dist.categorical_entropy(out)
+        mean, log_std = out
         return dist.gaussian_log_prob(mean, log_std, action), dist.gaussian_entropy(
             log_std
         )
@@ -211,6 +305,44 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
         action = batch.extras.get("raw_action", batch.action)
         return jax.vmap(lambda o, a: self.policy(actor, o, a))(batch.obs, action)
 
+    def evaluate_batch(self, actor, critic, batch: Transition, starts=None):
+        """Log-probabilities of the batch's actions, the policy's entropies and
+        the values, per transition. A memoryless agent's batch is flat; a
+        recurrent agent's is `[sequences, length]` (`to_sequences`), run through
+        each sequence from the carry stored at its start, reset where `starts`."""
+        if not self.recurrent:
+            log_prob, entropy = self.policy_batch(actor, batch)
+            return log_prob, entropy, jax.vmap(critic)(batch.obs)
+        initial = self.initial_carry()
+        actor_carry, critic_carry = jax.tree.map(
+            lambda c: c[:, 0], batch.extras["carry"]
+        )
+        run = lambda net, c0, i: jax.vmap(
+            lambda c, o, s: unroll(net.step, c, o, s, i)[0]
+        )(c0, batch.obs, starts)
+        out = run(actor, actor_carry, initial[0])
+        value = run(critic, critic_carry, initial[1])
+        action = batch.extras.get("raw_action", batch.action)
+        policy = jax.vmap(jax.vmap(lambda o, a: self.policy_of(actor, o, a)))
+        log_prob, entropy = policy(out, action)
+        return log_prob, entropy, value
+
+    def training_batch(self, traj: Transition, advantages, returns) -> tuple:
+        """What minibatches are drawn from: the flattened rollout, or for a
+        recurrent agent its sequences and where episodes start in them."""
+        if not self.recurrent:
+            return flatten_rollout((traj, advantages, returns))
+        starts = episode_starts(traj)
+        return to_sequences((traj, advantages, returns, starts), sequence_length(self))
+
+    def initial_carry(self) -> PyTree:
+        """The actor's and the critic's cell carries (zeros) for a recurrent
+        torso, `()` otherwise."""
+        if not self.recurrent:
+            return ()
+        one = initial_cell_carry(self.torso, self.cell_size)
+        return (one, one)
+
     def act(
         self,
         state: ActorCriticState,
@@ -219,12 +351,42 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
         key: PRNGKeyArray,
         greedy: bool = False,
     ) -> tuple[Shaped[Array, "..."], Extras]:
-        space = state.action_space
+        if self.recurrent:
+            raise ValueError(
+                f"{type(self).__name__}(torso={self.torso!r}) is recurrent: act with "
+                "act_step(state, carry, obs, key=..., greedy=...), starting from "
+                "agent.initial_carry() (runners.evaluate and experiments do)"
+            )
         obs = self.preprocess(state, obs)
         value = state.critic(obs)
+        out = state.actor(obs)
+        return self._decide(state, out, value, key=key, greedy=greedy)
+
+    def act_step(
+        self,
+        state: ActorCriticState,
+        carry: PyTree,
+        obs: Shaped[Array, "..."],
+        *,
+        key: PRNGKeyArray,
+        greedy: bool = False,
+    ) -> tuple[Shaped[Array, "..."], Extras, PyTree]:
+        if not self.recurrent:
+            return super().act_step(state, carry, obs, key=key, greedy=greedy)
+        obs = self.preprocess(state, obs)
+        value, critic_carry = state.critic.step(carry[1], obs)
+        out, actor_carry = state.actor.step(carry[0], obs)
+        action, extras = self._decide(state, out, value, key=key, greedy=greedy)
+        # The carry this step started from: sequence training starts from it.
+        extras["carry"] = carry
+        return action, extras, (actor_carry, critic_carry)
+
+    def _decide(self, state: ActorCriticState, out, value, *, key, greedy):
+        """The action and extras from the actor's output and the value."""
+        space = state.action_space
         if isinstance(space, Discrete):
             assert isinstance(state.actor, DiscreteActor)
-            logits = state.actor(obs)
+            logits = out
             if greedy:
                 action = jnp.argmax(logits).astype(jnp.int32)
             else:
@@ -232,7 +394,7 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
             log_prob = dist.categorical_log_prob(logits, action)
             return action, {"log_prob": log_prob, "value": value}
         assert isinstance(space, Box) and isinstance(state.actor, GaussianActor)
-        mean, log_std = state.actor(obs)
+        mean, log_std = out
         raw = mean if greedy else dist.gaussian_sample(mean, log_std, key=key)
         log_prob = dist.gaussian_log_prob(mean, log_std, raw)
         # The env gets a clipped action; learning uses the sampled one.
@@ -257,13 +419,50 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
         # V(next_obs) is V of the next rollout step where the episode goes on, and
         # V of the final observation where it was truncated: one batched pass
         # bootstraps through truncation correctly.
-        next_value = jax.vmap(jax.vmap(state.critic))(traj.next_obs)
+        if self.recurrent:
+            next_value = self._next_values(state, traj)
+        else:
+            next_value = jax.vmap(jax.vmap(state.critic))(traj.next_obs)
         next_value = jnp.where(traj.terminated, 0.0, next_value)
         done = (traj.terminated | traj.truncated).astype(jnp.float32)
         reward = traj.reward * self.reward_scale
         value = traj.extras["value"]
         advantages = gae(reward, value, next_value, done, self.gamma, self.gae_lambda)
         return traj, advantages, advantages + value
+
+    def _next_values(self, state: ActorCriticState, traj: Transition) -> Array:
+        """A recurrent critic's value of each step's next observation, with the
+        carry that step led to."""
+        critic_carry = jax.tree.map(lambda c: c[0], traj.extras["carry"][1])
+        return next_outputs(
+            state.critic.step, self.initial_carry()[1], critic_carry, traj
+        )
+
+
+def next_outputs(
+    step: Callable[[PyTree, Array], tuple[PyTree, PyTree]],
+    initial: PyTree,
+    carry: PyTree,
+    traj: Transition,
+    obs: Array | None = None,
+    next_obs: Array | None = None,
+) -> PyTree:
+    """A recurrent network's output at each step's next observation of a
+    `[T, envs]` rollout, with the carry that step led to: the network is run
+    through each env's rollout from `carry` (per env, the carry at the
+    rollout's start), resetting at episode starts. `obs`, `next_obs`: the
+    rollout's observations as the network sees them (default: the
+    trajectory's)."""
+    obs = traj.obs if obs is None else obs
+    next_obs = traj.next_obs if next_obs is None else next_obs
+
+    def one_env(c, o, next_o, starts):
+        _, carries = unroll(step, c, o, starts, initial)
+        return jax.vmap(lambda c, o: step(c, o)[0])(carries, next_o)
+
+    return jax.vmap(one_env, in_axes=(0, 1, 1, 1), out_axes=1)(
+        carry, obs, next_obs, episode_starts(traj)
+    )
 
 
 def explained_variance(

@@ -3,7 +3,6 @@
 from typing import final
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Int, PRNGKeyArray
@@ -17,7 +16,6 @@ from ._on_policy import (
     ActorCriticState,
     check_minibatches,
     explained_variance,
-    flatten_rollout,
     gae as gae,
     minibatch_epochs,
 )
@@ -42,7 +40,13 @@ class PPO(AbstractActorCritic):
     - `reward_scale`: multiplies rewards before learning (returns are reported
       unscaled).
     - `log_std_init`: initial log standard deviation of a Gaussian policy.
-    - `hidden_sizes`, `activation`: actor and critic MLP torsos.
+    - `hidden_sizes`, `activation`: actor and critic MLP torsos; `torso`:
+      `"auto"`, `"mlp"`, `"cnn"`, or a recurrent `"gru"`/`"lstm"` (Equinox's
+      cell of `cell_size` units after the torso `"auto"` picks).
+    - `sequence_length`: a recurrent agent learns from sequences of this many
+      steps of one env (a divisor of `num_steps`; `None`: whole rollouts), run
+      from the carry stored at each sequence's start; minibatches take whole
+      sequences.
     - `normalize_obs`: normalise observations by running statistics;
       `scale_obs`: instead map bounded observation dimensions onto [-1, 1].
     """
@@ -64,6 +68,8 @@ class PPO(AbstractActorCritic):
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     activation: str = eqx.field(static=True, default="tanh")
     torso: str = eqx.field(static=True, default="auto")
+    cell_size: int = eqx.field(static=True, default=128)
+    sequence_length: int | None = eqx.field(static=True, default=None)
     normalize_obs: bool = eqx.field(static=True, default=False)
     scale_obs: bool = eqx.field(static=True, default=False)
 
@@ -84,10 +90,9 @@ class PPO(AbstractActorCritic):
     def steps_per_rollout(self) -> int:
         return self.num_epochs * self.num_minibatches
 
-    def _loss(self, nets, batch: Transition, advantages, returns):
+    def _loss(self, nets, batch: Transition, advantages, returns, starts=None):
         actor, critic = nets
-        log_prob, entropy = self.policy_batch(actor, batch)
-        value = jax.vmap(critic)(batch.obs)
+        log_prob, entropy, value = self.evaluate_batch(actor, critic, batch, starts)
         if self.normalize_advantages:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         log_ratio = log_prob - batch.extras["log_prob"]
@@ -110,7 +115,7 @@ class PPO(AbstractActorCritic):
         self, state: ActorCriticState, memory: RolloutState, *, key: PRNGKeyArray
     ) -> tuple[ActorCriticState, RolloutState, Metrics]:
         traj, advantages, returns = self.advantages(state, memory)
-        data = flatten_rollout((traj, advantages, returns))
+        data = self.training_batch(traj, advantages, returns)
         optimizer = self.make_optimizer(state.horizon)
         grad_fn = eqx.filter_value_and_grad(self._loss, has_aux=True)
 

@@ -16,12 +16,23 @@ from ._agent import (
     Extras,
     Metrics,
     adam_optimizer,
+    check_cell_size,
     check_positive,
 )
 from ._memory import Rollout, RolloutState
-from ._networks import QNetwork
+from ._networks import QNetwork, initial_cell_carry
 from ._normalize import RunningStats
-from ._on_policy import check_minibatches, flatten_rollout, minibatch_epochs
+from ._on_policy import (
+    check_minibatches,
+    check_sequence_length,
+    episode_starts,
+    flatten_rollout,
+    minibatch_epochs,
+    next_outputs,
+    sequence_length,
+    to_sequences,
+    unroll,
+)
 from ._q_learning import check_discrete, epsilon_greedy, linear_epsilon
 
 
@@ -87,7 +98,9 @@ class PQN(AbstractAgent[PQNState]):
     - `exploration_initial_eps`, `exploration_final_eps`, `exploration_steps`:
       linear epsilon schedule over env steps (all envs together).
     - `reward_scale`: multiplies rewards before learning.
-    - `hidden_sizes`, `activation`, `layer_norm`: the Q network's torso.
+    - `hidden_sizes`, `activation`, `layer_norm`: the Q network's torso;
+      `torso`, `cell_size`, `sequence_length`: as for PPO (a recurrent Q
+      network learns its Q(λ) returns from whole sequences).
     - `normalize_obs`: normalise observations by running statistics;
       `scale_obs`: instead map bounded observation dimensions onto [-1, 1].
     """
@@ -107,12 +120,17 @@ class PQN(AbstractAgent[PQNState]):
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     activation: str = eqx.field(static=True, default="relu")
     torso: str = eqx.field(static=True, default="auto")
+    cell_size: int = eqx.field(static=True, default=128)
+    sequence_length: int | None = eqx.field(static=True, default=None)
     layer_norm: bool = eqx.field(static=True, default=True)
     normalize_obs: bool = eqx.field(static=True, default=False)
     scale_obs: bool = eqx.field(static=True, default=False)
+    supports_recurrence = True
 
     def __check_init__(self):
         check_positive(self, "num_steps", "num_epochs", "num_minibatches")
+        check_cell_size(self)
+        check_sequence_length(self)
         if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.q_lambda <= 1.0:
             raise ValueError("PQN: gamma and q_lambda must be in [0, 1]")
         if self.exploration_steps < 0:
@@ -161,6 +179,7 @@ class PQN(AbstractAgent[PQNState]):
             self.activation,
             layer_norm=self.layer_norm,
             torso=self.torso,
+            cell_size=self.cell_size if self.recurrent else None,
             key=key,
         )
         updates = max(total_steps // (num_envs * self.num_steps), 1)
@@ -186,13 +205,50 @@ class PQN(AbstractAgent[PQNState]):
         key: PRNGKeyArray,
         greedy: bool = False,
     ) -> tuple[Int[Array, ""], Extras]:
+        if self.recurrent:
+            raise ValueError(
+                f"PQN(torso={self.torso!r}) is recurrent: act with act_step(state, "
+                "carry, obs, key=..., greedy=...), starting from "
+                "agent.initial_carry() (runners.evaluate and experiments do)"
+            )
         q = state.q_network(self.preprocess(state, obs))
-        if greedy:
-            return jnp.argmax(q).astype(jnp.int32), {}
-        return epsilon_greedy(q, self._epsilon(state.env_steps), key=key), {}
+        return self._choose(state, q, key=key, greedy=greedy), {}
 
-    def _loss(self, network: QNetwork, obs, action, returns):
-        q = jax.vmap(network)(obs)
+    def _choose(self, state: PQNState, q, *, key, greedy):
+        if greedy:
+            return jnp.argmax(q).astype(jnp.int32)
+        return epsilon_greedy(q, self._epsilon(state.env_steps), key=key)
+
+    def initial_carry(self) -> PyTree:
+        """The Q network's cell carry (zeros) for a recurrent torso, `()`
+        otherwise."""
+        return initial_cell_carry(self.torso, self.cell_size)
+
+    def act_step(
+        self,
+        state: PQNState,
+        carry: PyTree,
+        obs: Shaped[Array, "..."],
+        *,
+        key: PRNGKeyArray,
+        greedy: bool = False,
+    ) -> tuple[Int[Array, ""], Extras, PyTree]:
+        if not self.recurrent:
+            return super().act_step(state, carry, obs, key=key, greedy=greedy)
+        q, next_carry = state.q_network.step(carry, self.preprocess(state, obs))
+        action = self._choose(state, q, key=key, greedy=greedy)
+        # The carry this step started from: sequence training starts from it.
+        return action, {"carry": carry}, next_carry
+
+    def _loss(self, network: QNetwork, obs, action, returns, carry=None, starts=None):
+        if carry is None:
+            q = jax.vmap(network)(obs)
+        else:  # [sequences, length]: run from each sequence's stored carry
+            initial = self.initial_carry()
+            q = jax.vmap(lambda c, o, s: unroll(network.step, c, o, s, initial)[0])(
+                jax.tree.map(lambda c: c[:, 0], carry), obs, starts
+            )
+            q, action, returns = flatten_rollout((q, action, returns))
         q_taken = jnp.take_along_axis(q, action[:, None], axis=1)[:, 0]
         loss = 0.5 * jnp.mean((q_taken - returns) ** 2)
         return loss, {"q_mean": jnp.mean(q_taken)}
@@ -203,7 +259,14 @@ class PQN(AbstractAgent[PQNState]):
         traj = memory.trajectory
         obs = self.preprocess(state, traj.obs)
         next_obs = self.preprocess(state, traj.next_obs)
-        next_q = jnp.max(jax.vmap(jax.vmap(state.q_network))(next_obs), axis=-1)
+        if self.recurrent:
+            start = jax.tree.map(lambda c: c[0], traj.extras["carry"])
+            q_next = next_outputs(
+                state.q_network.step, self.initial_carry(), start, traj, obs, next_obs
+            )
+        else:
+            q_next = jax.vmap(jax.vmap(state.q_network))(next_obs)
+        next_q = jnp.max(q_next, axis=-1)
         returns = lambda_returns(
             traj.reward * self.reward_scale,
             next_q,
@@ -212,7 +275,13 @@ class PQN(AbstractAgent[PQNState]):
             self.gamma,
             self.q_lambda,
         )
-        data = flatten_rollout((obs, traj.action, returns))
+        if self.recurrent:
+            data = to_sequences(
+                (obs, traj.action, returns, traj.extras["carry"], episode_starts(traj)),
+                sequence_length(self),
+            )
+        else:
+            data = flatten_rollout((obs, traj.action, returns))
         optimizer = self._optimizer(state.horizon)
         grad_fn = eqx.filter_value_and_grad(self._loss, has_aux=True)
 

@@ -83,6 +83,8 @@ def make(name: str, **hparams: Any) -> AbstractAgent:
 
 
 def _type_ok(default: Any, value: Any) -> bool:
+    if default is None:  # an optional integer (sequence_length)
+        return value is None or _type_ok(1, value)
     if isinstance(default, bool):
         return isinstance(value, bool)
     if isinstance(default, int):
@@ -109,6 +111,8 @@ def _is_bounds(default: Any) -> bool:
 
 
 def _expected(default: Any) -> str:
+    if default is None:
+        return "an integer or null"
     if _is_bounds(default):
         return f"a list of {len(default)} numbers"
     if isinstance(default, tuple):

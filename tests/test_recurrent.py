@@ -1,0 +1,190 @@
+"""Recurrent torsos (Equinox's GRU and LSTM cells) and training through time:
+the carry resets where an episode starts, sequences keep their time order,
+a recurrent agent solves a task that needs memory where the memoryless one
+cannot, and everything that works for a memoryless agent (evaluation, save and
+load, resume, video) works for a recurrent one."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import envs
+import runners
+import zoo
+from zoo._on_policy import episode_starts, to_sequences, unroll
+
+# MemoryChain: the first observation shows a bit; the action three steps later
+# earns +1 if it names that bit, -1 if not. Without memory the best return is 0.
+CHAIN = envs.make("MemoryChain-bsuite", memory_length=3)
+TINY = dict(hidden_sizes=(16,), cell_size=16, num_steps=8, num_minibatches=2)
+
+
+def one_line(excinfo) -> str:
+    message = str(excinfo.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("name", ["sac", "td3", "ddpg", "c51", "qrdqn", "dqn"])
+def test_agents_without_recurrence_refuse_a_recurrent_torso(name):
+    with pytest.raises(ValueError) as excinfo:
+        zoo.make(name, torso="gru")
+    assert "torso='gru' is not supported" in one_line(excinfo)
+    assert "PPO, A2C, PQN" in str(excinfo.value)
+
+
+@pytest.mark.parametrize("name", ["ppo", "a2c", "pqn"])
+def test_bad_recurrent_settings_fail_with_one_line(name):
+    with pytest.raises(ValueError) as excinfo:
+        zoo.make(name, torso="lstm", cell_size=0)
+    assert "cell_size" in one_line(excinfo)
+    with pytest.raises(ValueError) as excinfo:
+        zoo.make(name, torso="gru", num_steps=8, sequence_length=3)
+    assert "sequence_length=3 does not divide" in one_line(excinfo)
+    if name != "a2c":  # 5 envs x 2 sequences do not split into 4 minibatches
+        agent = zoo.make(
+            name, torso="gru", num_steps=8, sequence_length=4, num_minibatches=4
+        )
+        with pytest.raises(ValueError) as excinfo:
+            agent.check(CHAIN.observation_space, CHAIN.action_space, 5)
+        assert "whole sequences" in one_line(excinfo)
+
+
+def test_sequences_keep_time_order_and_one_env_each():
+    steps, num_envs, length = 8, 3, 4
+    t, e = np.meshgrid(np.arange(steps), np.arange(num_envs), indexing="ij")
+    stamp = jnp.asarray(100 * e + t)  # [steps, envs]: env and time of each step
+    seq = np.asarray(to_sequences(stamp, length))
+    assert seq.shape == (steps // length * num_envs, length)
+    for row in seq:
+        assert len(set(row // 100)) == 1  # one env
+        np.testing.assert_array_equal(np.diff(row % 100), 1)  # consecutive steps
+    # Every step appears once.
+    assert sorted(seq.ravel().tolist()) == sorted(np.asarray(stamp).ravel().tolist())
+
+
+def test_unroll_resets_the_carry_where_an_episode_starts():
+    # A "cell" that counts its steps: the output is the carry before the step.
+    count = lambda c, _: (c, c + 1)
+    starts = jnp.array([False, False, True, False, False, True, False])
+    out, carries = unroll(count, jnp.array(5), jnp.zeros((7, 1)), starts, 0)
+    np.testing.assert_array_equal(out, [5, 6, 0, 1, 2, 0, 1])
+    np.testing.assert_array_equal(carries, np.asarray(out) + 1)
+    # Episode starts follow the step before: the rollout's first never resets.
+    traj = zoo.Transition(
+        obs=jnp.zeros((4, 1)),
+        action=jnp.zeros((4, 1)),
+        reward=jnp.zeros((4, 1)),
+        terminated=jnp.array([[True], [False], [False], [False]]),
+        truncated=jnp.array([[False], [False], [True], [False]]),
+        next_obs=jnp.zeros((4, 1)),
+        extras={},
+    )
+    np.testing.assert_array_equal(
+        episode_starts(traj)[:, 0], [False, True, False, True]
+    )
+
+
+@pytest.mark.parametrize("torso", ["gru", "lstm"])
+def test_recurrent_networks_use_equinox_cells(torso):
+    agent = zoo.make("ppo", torso=torso, **TINY)
+    state = agent.init(
+        CHAIN.observation_space,
+        CHAIN.action_space,
+        key=jr.PRNGKey(0),
+        num_envs=2,
+        total_steps=64,
+    )
+    cell = eqx.nn.GRUCell if torso == "gru" else eqx.nn.LSTMCell
+    assert isinstance(state.actor.torso.cell, cell)
+    assert isinstance(state.critic.torso.cell, cell)
+    obs, _ = CHAIN.reset(jr.PRNGKey(1))
+    with pytest.raises(ValueError, match="act_step"):
+        agent.act(state, obs, key=jr.PRNGKey(2))
+    carry = agent.initial_carry()
+    action, extras, carry2 = agent.act_step(state, carry, obs, key=jr.PRNGKey(2))
+    assert jax.tree.structure(carry2) == jax.tree.structure(carry)
+    assert not all(bool(jnp.all(c == 0)) for c in jax.tree.leaves(carry2))
+    assert set(extras) == {"log_prob", "value", "carry"}
+
+
+@pytest.fixture(scope="module")
+def memory_runs():
+    """Recurrent and memoryless PPO on MemoryChain, same budget, 4 seeds."""
+    out = {}
+    for torso in ("gru", "mlp"):
+        agent = zoo.make(
+            "ppo",
+            torso=torso,
+            hidden_sizes=(32,),
+            cell_size=32,
+            num_steps=16,
+            num_minibatches=4,
+            learning_rate=3e-3,
+        )
+        out[torso] = runners.run(
+            agent,
+            CHAIN,
+            key=jr.PRNGKey(0),
+            total_steps=40_960,
+            num_envs=16,
+            num_seeds=4,
+            eval_episodes=64,
+        )
+    return out
+
+
+def test_recurrent_ppo_remembers_what_the_memoryless_one_cannot(memory_runs):
+    recurrent = np.asarray(memory_runs["gru"].final_returns).mean(-1)
+    memoryless = np.asarray(memory_runs["mlp"].final_returns).mean(-1)
+    assert recurrent.min() >= 0.9, recurrent
+    assert memoryless.max() <= 0.5, memoryless
+
+
+def test_a_recurrent_agent_evaluates_saves_loads_and_films(memory_runs, tmp_path):
+    from experiments._video import record_episodes
+
+    run = memory_runs["gru"]
+    agent = zoo.make(
+        "ppo",
+        torso="gru",
+        hidden_sizes=(32,),
+        cell_size=32,
+        num_steps=16,
+        num_minibatches=4,
+        learning_rate=3e-3,
+    )
+    state = runners.seed_state(run.state, 0)
+    assert jax.tree.leaves(state.carry)  # the carry is part of the train state
+    returns = runners.evaluate(agent, state, CHAIN, key=jr.PRNGKey(7), num_episodes=16)
+    zoo.save(
+        tmp_path / "agent.eqx",
+        agent,
+        state.agent_state,
+        CHAIN.observation_space,
+        CHAIN.action_space,
+    )
+    loaded, loaded_state = zoo.load(tmp_path / "agent.eqx")
+    assert loaded == agent
+    again = runners.evaluate(
+        loaded, loaded_state, CHAIN, key=jr.PRNGKey(7), num_episodes=16
+    )
+    np.testing.assert_array_equal(returns, again)
+    # Filming plays the episodes evaluation plays, carry and all.
+    cartpole = envs.make("StatelessCartPole-v1")
+    film_agent = zoo.make("ppo", torso="lstm", **TINY)
+    film_state = runners.init(
+        film_agent, cartpole, key=jr.PRNGKey(0), num_envs=2, total_steps=64
+    )
+    episodes = record_episodes(
+        film_agent, film_state, cartpole, key=jr.PRNGKey(3), num_episodes=2
+    )
+    np.testing.assert_array_equal(
+        episodes.returns,
+        runners.evaluate(
+            film_agent, film_state, cartpole, key=jr.PRNGKey(3), num_episodes=2
+        ),
+    )
