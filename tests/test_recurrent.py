@@ -108,7 +108,7 @@ def test_recurrent_networks_use_equinox_cells(torso):
     action, extras, carry2 = agent.act_step(state, carry, obs, key=jr.PRNGKey(2))
     assert jax.tree.structure(carry2) == jax.tree.structure(carry)
     assert not all(bool(jnp.all(c == 0)) for c in jax.tree.leaves(carry2))
-    assert set(extras) == {"log_prob", "value", "carry"}
+    assert set(extras) == {"log_prob", "value", "carry", "next_carry"}
 
 
 @pytest.fixture(scope="module")

@@ -53,7 +53,6 @@ from ._on_policy import (
     ActorCriticState as ActorCriticState,
     episode_starts as episode_starts,
     gae as gae,
-    next_outputs as next_outputs,
     to_sequences as to_sequences,
     unroll as unroll,
 )

@@ -173,7 +173,7 @@ def unroll(
         y, c = step(c, o)
         return c, (y, c)
 
-    _, (outputs, carries) = jax.lax.scan(body, carry, (obs, starts))
+    _, (outputs, carries) = jax.lax.scan(body, carry, (obs, starts), unroll=16)
     return outputs, carries
 
 
@@ -377,8 +377,10 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
         value, critic_carry = state.critic.step(carry[1], obs)
         out, actor_carry = state.actor.step(carry[0], obs)
         action, extras = self._decide(state, out, value, key=key, greedy=greedy)
-        # The carry this step started from: sequence training starts from it.
+        # The carry this step started from (sequence training starts from
+        # it), and the critic's after it (the next observation's value uses it).
         extras["carry"] = carry
+        extras["next_carry"] = critic_carry
         return action, extras, (actor_carry, critic_carry)
 
     def _decide(self, state: ActorCriticState, out, value, *, key, greedy):
@@ -432,37 +434,9 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
 
     def _next_values(self, state: ActorCriticState, traj: Transition) -> Array:
         """A recurrent critic's value of each step's next observation, with the
-        carry that step led to."""
-        critic_carry = jax.tree.map(lambda c: c[0], traj.extras["carry"][1])
-        return next_outputs(
-            state.critic.step, self.initial_carry()[1], critic_carry, traj
-        )
-
-
-def next_outputs(
-    step: Callable[[PyTree, Array], tuple[PyTree, PyTree]],
-    initial: PyTree,
-    carry: PyTree,
-    traj: Transition,
-    obs: Array | None = None,
-    next_obs: Array | None = None,
-) -> PyTree:
-    """A recurrent network's output at each step's next observation of a
-    `[T, envs]` rollout, with the carry that step led to: the network is run
-    through each env's rollout from `carry` (per env, the carry at the
-    rollout's start), resetting at episode starts. `obs`, `next_obs`: the
-    rollout's observations as the network sees them (default: the
-    trajectory's)."""
-    obs = traj.obs if obs is None else obs
-    next_obs = traj.next_obs if next_obs is None else next_obs
-
-    def one_env(c, o, next_o, starts):
-        _, carries = unroll(step, c, o, starts, initial)
-        return jax.vmap(lambda c, o: step(c, o)[0])(carries, next_o)
-
-    return jax.vmap(one_env, in_axes=(0, 1, 1, 1), out_axes=1)(
-        carry, obs, next_obs, episode_starts(traj)
-    )
+        carry that step led to (kept by `act_step`): one batched pass."""
+        step = lambda c, o: state.critic.step(c, o)[0]
+        return jax.vmap(jax.vmap(step))(traj.extras["next_carry"], traj.next_obs)
 
 
 def explained_variance(

@@ -28,7 +28,6 @@ from ._on_policy import (
     episode_starts,
     flatten_rollout,
     minibatch_epochs,
-    next_outputs,
     sequence_length,
     to_sequences,
     unroll,
@@ -237,8 +236,9 @@ class PQN(AbstractAgent[PQNState]):
             return super().act_step(state, carry, obs, key=key, greedy=greedy)
         q, next_carry = state.q_network.step(carry, self.preprocess(state, obs))
         action = self._choose(state, q, key=key, greedy=greedy)
-        # The carry this step started from: sequence training starts from it.
-        return action, {"carry": carry}, next_carry
+        # The carry this step started from (sequence training starts from
+        # it), and the one after it (the next observation's Q uses it).
+        return action, {"carry": carry, "next_carry": next_carry}, next_carry
 
     def _loss(self, network: QNetwork, obs, action, returns, carry=None, starts=None):
         if carry is None:
@@ -259,11 +259,9 @@ class PQN(AbstractAgent[PQNState]):
         traj = memory.trajectory
         obs = self.preprocess(state, traj.obs)
         next_obs = self.preprocess(state, traj.next_obs)
-        if self.recurrent:
-            start = jax.tree.map(lambda c: c[0], traj.extras["carry"])
-            q_next = next_outputs(
-                state.q_network.step, self.initial_carry(), start, traj, obs, next_obs
-            )
+        if self.recurrent:  # with the carry each step led to: one batched pass
+            step = lambda c, o: state.q_network.step(c, o)[0]
+            q_next = jax.vmap(jax.vmap(step))(traj.extras["next_carry"], next_obs)
         else:
             q_next = jax.vmap(jax.vmap(state.q_network))(next_obs)
         next_q = jnp.max(q_next, axis=-1)
