@@ -574,6 +574,8 @@ def render(tuned_pairs: list[tuple[str, str]]) -> None:
     figures: list[Path] = []
     for variant in ["", *VARIANTS]:
         chosen = [(a, e, v) for a, e, v in all_rows if v == variant]
+        if variant and not chosen and markers(variant)[0] not in text:
+            continue  # no rows, and no place for them: nothing to write
         results = [
             json.loads(result_path(a, e, v).read_text())
             for a, e, v in chosen
