@@ -80,6 +80,10 @@ def pretrained(
     zoo.pretrained()  # [("a2c", "Acrobot-v1"), ...]: what is shipped
     ```
 
+    A recurrent agent (`agent.recurrent`, e.g. PPO on StatelessCartPole-v1)
+    acts with `agent.act_step(state, carry, obs, ...)` from
+    `agent.initial_carry()`; `runners.evaluate` does that for you.
+
     **Arguments:** `agent`, `env`: a pair from `zoo.pretrained()`; both omitted:
     list the pairs. `folder`: where to look (default: the files shipped in the
     package).
