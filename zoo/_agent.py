@@ -16,10 +16,10 @@ from ._networks import RECURRENT, TORSOS, torso_kind
 from ._normalize import RunningStats
 
 Extras = dict[str, Array]
+Metrics = dict[str, Array]
 
 # The agents that take a recurrent torso, for the error that refuses the others.
 RECURRENT_AGENTS = ("PPO", "A2C", "PQN")
-Metrics = dict[str, Array]
 
 
 class AbstractState(eqx.Module):
