@@ -91,7 +91,7 @@ def make_agent(
     sharing = "shared" if sharing is None else sharing
     _check_sharing(env, sharing, agent_id, per_agent)
     if sharing != "independent":
-        return zoo.Shared(zoo.make(agent, **hp), agent_id=agent_id)
+        return zoo.Shared.of(zoo.make(agent, **hp), env, agent_id=agent_id)
     agents = {}
     for name in env.agents:
         over = dict(per_agent.get(name, {}))

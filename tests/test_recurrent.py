@@ -28,12 +28,30 @@ def one_line(excinfo) -> str:
     return message
 
 
-@pytest.mark.parametrize("name", ["sac", "td3", "ddpg", "c51", "qrdqn", "dqn"])
+@pytest.mark.parametrize("name", ["sac", "td3", "ddpg"])
 def test_agents_without_recurrence_refuse_a_recurrent_torso(name):
     with pytest.raises(ValueError) as excinfo:
         zoo.make(name, torso="gru")
     assert "torso='gru' is not supported" in one_line(excinfo)
-    assert "PPO, A2C, PQN" in str(excinfo.value)
+    assert "PPO, A2C, PQN, DQN" in str(excinfo.value)
+
+
+@pytest.mark.parametrize("name", ["dqn", "c51", "qrdqn"])
+def test_bad_recurrent_replay_settings_fail_with_one_line(name):
+    for bad, word in [
+        (dict(cell_size=-1), "cell_size"),
+        (dict(sequence_length=0), "sequence_length"),
+        (dict(burn_in=-1), "burn_in"),
+        (dict(prioritized=True), "prioritised replay of sequences"),
+    ]:
+        with pytest.raises(ValueError) as excinfo:
+            zoo.make(name, torso="gru", **bad)
+        assert word in one_line(excinfo)
+    # 24-step sequences do not fit 1,000 transitions over 50 envs (20 each).
+    agent = zoo.make(name, torso="gru", buffer_size=1000, burn_in=8)
+    with pytest.raises(ValueError) as excinfo:
+        agent.check(CHAIN.observation_space, CHAIN.action_space, 50)
+    assert "24 consecutive steps" in one_line(excinfo)
 
 
 @pytest.mark.parametrize("name", ["ppo", "a2c", "pqn"])
@@ -64,6 +82,34 @@ def test_sequences_keep_time_order_and_one_env_each():
         np.testing.assert_array_equal(np.diff(row % 100), 1)  # consecutive steps
     # Every step appears once.
     assert sorted(seq.ravel().tolist()) == sorted(np.asarray(stamp).ravel().tolist())
+
+
+def test_replayed_sequences_keep_time_order_one_env_and_their_stored_carry():
+    rows, num_envs, length = 10, 3, 4
+    t, e = np.meshgrid(np.arange(13), np.arange(num_envs), indexing="ij")
+    stamp = jnp.asarray(100 * e + t, jnp.float32)  # [13 steps, envs]
+    traj = zoo.Transition(
+        obs=stamp,
+        action=jnp.zeros(stamp.shape, jnp.int32),
+        reward=stamp,
+        terminated=jnp.zeros(stamp.shape, bool),
+        truncated=jnp.zeros(stamp.shape, bool),
+        next_obs=stamp,
+        extras={"carry": jnp.repeat(stamp[..., None], 2, axis=-1)},
+    )
+    replay = zoo.Replay(rows * num_envs)
+    state = replay.init(jax.tree.map(lambda x: x[0, 0], traj), num_envs)
+    state = replay.add(state, jax.tree.map(lambda x: x[:6], traj))
+    state = replay.add(state, jax.tree.map(lambda x: x[6:], traj))  # wraps
+    sample = replay.sample_sequences(state, 256, length, key=jr.PRNGKey(0))
+    obs = np.asarray(sample.batch.obs)
+    assert obs.shape == (256, length)
+    assert len(set((obs // 100).ravel().tolist())) == num_envs
+    assert (np.diff(obs // 100, axis=1) == 0).all()  # one env per sequence
+    np.testing.assert_array_equal(np.diff(obs % 100, axis=1), 1)  # in order
+    # Only the 10 newest steps are kept (3..12): every window lies inside them.
+    assert (obs % 100).min() == 3 and (obs % 100).max() == 12
+    np.testing.assert_array_equal(sample.batch.extras["carry"][..., 0], obs)
 
 
 def test_unroll_resets_the_carry_where_an_episode_starts():
@@ -144,6 +190,39 @@ def test_recurrent_ppo_remembers_what_the_memoryless_one_cannot(memory_runs):
     assert memoryless.max() <= 0.5, memoryless
 
 
+@pytest.mark.parametrize("name", ["dqn", "c51", "qrdqn"])
+def test_recurrent_replay_agents_remember(name):
+    """R2D2-style replay: sequences with a burn-in, from the stored carry.
+    Each of DQN, C51 and QR-DQN learns MemoryChain on every seed (the
+    memoryless optimum is 0)."""
+    agent = zoo.make(
+        name,
+        torso="gru",
+        hidden_sizes=(32,),
+        cell_size=32,
+        sequence_length=8,
+        burn_in=4,
+        n_step=3,
+        batch_size=32,
+        buffer_size=10_000,
+        learning_starts=500,
+        train_frequency=4,
+        exploration_steps=2_000,
+        target_update_interval=100,
+    )
+    run = runners.run(
+        agent,
+        CHAIN,
+        key=jr.PRNGKey(0),
+        total_steps=8_000,
+        num_envs=8,
+        num_seeds=2,
+        eval_episodes=64,
+    )
+    returns = np.asarray(run.final_returns).mean(-1)
+    assert returns.min() >= 0.9, returns
+
+
 def test_a_recurrent_agent_evaluates_saves_loads_and_films(memory_runs, tmp_path):
     from experiments._video import record_episodes
 
@@ -188,3 +267,34 @@ def test_a_recurrent_agent_evaluates_saves_loads_and_films(memory_runs, tmp_path
             film_agent, film_state, cartpole, key=jr.PRNGKey(3), num_episodes=2
         ),
     )
+
+
+@pytest.mark.parametrize("sharing", ["shared", "independent"])
+def test_recurrent_multi_agent_learners_keep_one_carry_per_agent(sharing):
+    game = envs.MatrixGame(episode_length=4)
+    ppo = zoo.make("ppo", torso="gru", hidden_sizes=(16,), cell_size=16, num_steps=8)
+    if sharing == "shared":
+        learners = zoo.Shared.of(ppo, game, agent_id=True)
+        with pytest.raises(ValueError) as excinfo:  # no agent names to key carries
+            runners.init(
+                zoo.Shared(ppo), game, key=jr.PRNGKey(0), num_envs=2, total_steps=64
+            )
+        assert "zoo.Shared.of(agent, env)" in one_line(excinfo)
+    else:
+        learners = zoo.Independent.of(ppo, game)
+    result = runners.run(
+        learners,
+        game,
+        key=jr.PRNGKey(0),
+        total_steps=4096,
+        num_envs=8,
+        num_seeds=2,
+        eval_episodes=8,
+    )
+    carry = result.state.carry
+    assert set(carry) == set(game.agents) and result.agent_returns is not None
+    for name in game.agents:
+        # The actor's and the critic's cells, per seed and env.
+        shapes = [c.shape for c in jax.tree.leaves(carry[name])]
+        assert shapes == [(2, 8, 16)] * 2, shapes
+        np.testing.assert_array_equal(result.agent_returns[name], 40.0)

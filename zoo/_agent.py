@@ -19,7 +19,7 @@ Extras = dict[str, Array]
 Metrics = dict[str, Array]
 
 # The agents that take a recurrent torso, for the error that refuses the others.
-RECURRENT_AGENTS = ("PPO", "A2C", "PQN")
+RECURRENT_AGENTS = ("PPO", "A2C", "PQN", "DQN", "C51", "QRDQN")
 
 
 class AbstractState(eqx.Module):

@@ -35,10 +35,20 @@ class DQN(AbstractQAgent):
     - `double_q`: select the next action with the online network.
     - `dueling`: dueling value/advantage head.
     - `huber_delta`: Huber loss threshold.
+    - `reward_scale`: multiplies rewards before learning (Q values, and
+      `huber_delta`'s scale, shrink with it).
     - `prioritized`: prioritised replay (proportional); `priority_alpha` is
       the priority exponent, `priority_beta` the importance-weight exponent at
       the start (annealed linearly to 1).
-    - `hidden_sizes`, `activation`: the MLP torso.
+    - `hidden_sizes`, `activation`: the MLP torso; `torso`: `"auto"`, `"mlp"`,
+      `"cnn"`, or a recurrent `"gru"`/`"lstm"` cell of `cell_size` units after
+      the torso `"auto"` picks.
+    - `sequence_length`, `burn_in` (recurrent torsos only, R2D2-style): the
+      replay draws sequences of `burn_in + sequence_length` steps of one env,
+      each starting from the carry stored with its first step; the first
+      `burn_in` steps only warm the carry up, the rest learn (n-step targets
+      stop at the sequence's end). `batch_size` counts sequences. Prioritised
+      replay of sequences is not supported yet.
     - `normalize_obs`: normalise observations by running statistics;
       `scale_obs`: instead map bounded observation dimensions onto [-1, 1].
     """
@@ -64,9 +74,13 @@ class DQN(AbstractQAgent):
     dueling: bool = eqx.field(static=True, default=False)
     huber_delta: float = 1.0
     max_grad_norm: float = 10.0
+    reward_scale: float = 1.0
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     activation: str = eqx.field(static=True, default="relu")
     torso: str = eqx.field(static=True, default="auto")
+    cell_size: int = eqx.field(static=True, default=128)
+    sequence_length: int = eqx.field(static=True, default=16)
+    burn_in: int = eqx.field(static=True, default=8)
     normalize_obs: bool = eqx.field(static=True, default=False)
     scale_obs: bool = eqx.field(static=True, default=False)
 

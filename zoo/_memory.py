@@ -246,6 +246,33 @@ class Replay(AbstractReplay):
         batch, discount = n_step_batch(state.data, row, env, n_step, gamma)
         return Sample(batch, discount, jnp.ones(batch_size), row, env)
 
+    def sample_sequences(
+        self, state: ReplayState, batch_size: int, length: int, *, key: PRNGKeyArray
+    ) -> Sample:
+        """Draw `batch_size` sequences of `length` consecutive stored steps of
+        one env each, uniformly, with replacement, from the windows written
+        in full (a recurrent agent's replay, R2D2-style: each step's extras
+        hold the carry it was acted from, so a sequence starts from the
+        carry stored at its start). `batch` is `[batch_size, length]`; `row`
+        and `env` are where each sequence starts; `discount` and `weights`
+        are ones."""
+        rows, num_envs = state.data.reward.shape
+        if length > rows:
+            raise ValueError(
+                f"sequences of {length} steps do not fit a replay buffer of "
+                f"{rows} rows per env ({self.capacity} transitions over "
+                f"{num_envs} envs)"
+            )
+        starts = jnp.maximum(state.size - (length - 1), 1)
+        oldest = jnp.where(state.size < rows, 0, state.position)
+        flat = jr.randint(key, (batch_size,), 0, starts * num_envs)
+        row = (oldest + flat // num_envs) % rows
+        env = flat % num_envs
+        window = (row[:, None] + jnp.arange(length)[None, :]) % rows  # [batch, T]
+        batch = jax.tree.map(lambda x: x[window, env[:, None]], state.data)
+        ones = jnp.ones(batch_size)
+        return Sample(batch, ones, ones, row, env)
+
     def update_priorities(
         self, state: ReplayState, sample: Sample, priorities: Float[Array, " batch"]
     ) -> ReplayState:

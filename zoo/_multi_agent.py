@@ -67,8 +67,8 @@ class AbstractLearners(eqx.Module):
         """Every agent's action in every env, and extras for the memory."""
 
     def initial_carry(self) -> PyTree:
-        """The recurrent carry of one env at an episode's start: `()`, none
-        (learners of recurrent agents are not supported yet)."""
+        """The recurrent carry of one env at an episode's start: `()` for
+        memoryless agents, else `{agent_name: carry}`."""
         return ()
 
     def act_step(
@@ -204,6 +204,24 @@ class Independent(AbstractLearners):
             )(o, jr.split(k, o.shape[0]))
         return actions, extras
 
+    def initial_carry(self) -> PyTree:
+        if not any(a.recurrent for a in self.agents.values()):
+            return ()
+        return {n: a.initial_carry() for n, a in self.agents.items()}
+
+    def act_step(self, state, carry, obs, *, key, greedy=False):
+        if not any(a.recurrent for a in self.agents.values()):
+            return super().act_step(state, carry, obs, key=key, greedy=greedy)
+        actions, extras, carries = {}, {}, {}
+        for name, k in self._keys(key).items():
+            agent, o = self.agents[name], obs[name]
+            actions[name], extras[name], carries[name] = jax.vmap(
+                lambda o, c, k, agent=agent, s=state[name]: agent.act_step(
+                    s, c, o, key=k, greedy=greedy
+                )
+            )(o, carry[name], jr.split(k, o.shape[0]))
+        return actions, extras, carries
+
     def init_memory(self, example, num_envs):
         return {n: a.memory.init(example[n], num_envs) for n, a in self.agents.items()}
 
@@ -234,17 +252,28 @@ class Shared(AbstractLearners):
     observations only). Without it every agent plays the same policy: self-play
     in a competitive env.
 
-    Needs a homogeneous env (every agent with the same spaces).
+    Needs a homogeneous env (every agent with the same spaces). A recurrent
+    agent keeps one carry per agent of each env, so it needs the env's agent
+    names, `agents`: build it with `Shared.of(agent, env)`.
     """
 
     agent: AbstractAgent
     agent_id: bool = False
+    agents: tuple[str, ...] = eqx.field(static=True, default=())
 
     def __check_init__(self):
         if not isinstance(self.agent, AbstractAgent):
             raise ValueError(
                 f"Shared: expected a zoo agent, got {type(self.agent).__name__}"
             )
+
+    @classmethod
+    def of(
+        cls, agent: AbstractAgent, env: AbstractMultiAgentEnv, *, agent_id: bool = False
+    ) -> "Shared":
+        """`agent` shared by every agent of `env` (whose names a recurrent
+        agent's carries are kept under)."""
+        return cls(agent, agent_id=agent_id, agents=tuple(env.agents))
 
     @property
     def num_steps(self) -> int:
@@ -273,6 +302,13 @@ class Shared(AbstractLearners):
                 f"(observations {env.observation_spaces}, actions "
                 f"{env.action_spaces}), so one agent cannot act for all; use "
                 "independent learners"
+            )
+        if self.agent.recurrent and sorted(self.agents) != sorted(env.agents):
+            raise ValueError(
+                f"Shared: a recurrent {type(self.agent).__name__} keeps one carry "
+                f"per agent, so it needs {env.name}'s agent names "
+                f"{list(env.agents)}, got {list(self.agents)}; build it with "
+                "zoo.Shared.of(agent, env)"
             )
         obs, action = self.spaces(env)
         _check_agent(
@@ -318,6 +354,22 @@ class Shared(AbstractLearners):
             lambda o, k: self.agent.act(state, o, key=k, greedy=greedy)
         )(flat, jr.split(key, flat.shape[0]))
         return self._unstack(actions, names), self._unstack(extras, names)
+
+    def initial_carry(self) -> PyTree:
+        if not self.agent.recurrent:
+            return ()
+        return {n: self.agent.initial_carry() for n in self.agents}
+
+    def act_step(self, state, carry, obs, *, key, greedy=False):
+        if not self.agent.recurrent:
+            return super().act_step(state, carry, obs, key=key, greedy=greedy)
+        names = sorted(obs)
+        flat = self._stack(self._with_id(obs), 0)
+        actions, extras, carry = jax.vmap(
+            lambda o, c, k: self.agent.act_step(state, c, o, key=k, greedy=greedy)
+        )(flat, self._stack(carry, 0), jr.split(key, flat.shape[0]))
+        unstack = lambda tree: self._unstack(tree, names)
+        return unstack(actions), unstack(extras), unstack(carry)
 
     def _unstack(self, tree: Any, names: list[str]) -> dict[str, Any]:
         """`[agents * envs, ...]`, agent-major -> `{name: [envs, ...]}`."""

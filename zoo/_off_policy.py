@@ -119,12 +119,38 @@ class AbstractOffPolicyAgent(AbstractAgent[S], Generic[S]):
                 f"{num_envs * self.train_frequency} transitions per iteration "
                 f"exceed buffer_size={self.buffer_size}"
             )
+        rows = self.buffer_size // num_envs
+        if self.window > rows:
+            raise ValueError(
+                f"{type(self).__name__}: a sample reads {self.window} consecutive "
+                f"steps of one env, but buffer_size={self.buffer_size} over "
+                f"{num_envs} envs keeps {rows} per env; raise buffer_size"
+            )
 
     def gradient_horizon(self, num_envs: int, total_steps: int) -> Int[Array, ""]:
         """Gradient steps over a run of `total_steps` (a schedule's horizon)."""
         per_iteration = num_envs * self.train_frequency
         learning = total_steps // per_iteration - self.learning_starts // per_iteration
         return jnp.array(max(learning, 1) * self.gradient_steps, jnp.int32)
+
+    @property
+    def window(self) -> int:
+        """Consecutive steps per env a sample reads: `n_step` (a recurrent
+        agent's sequence is longer). Learning waits until that many are
+        stored."""
+        return self.n_step
+
+    def draw(self, state: S, memory: PyTree, *, key: PRNGKeyArray) -> Sample:
+        """A minibatch for `learn`: `batch_size` n-step transitions (a
+        recurrent agent draws sequences instead)."""
+        return self.memory.sample(
+            memory,
+            self.batch_size,
+            key=key,
+            n_step=self.n_step,
+            gamma=self.gamma,
+            beta=self.beta(state),
+        )
 
     @abc.abstractmethod
     def learn(
@@ -155,14 +181,7 @@ class AbstractOffPolicyAgent(AbstractAgent[S], Generic[S]):
             s, written = carry
             k_sample, k_learn = jr.split(k)
             mem = self.memory.join(stored, written)
-            sample = self.memory.sample(
-                mem,
-                self.batch_size,
-                key=k_sample,
-                n_step=self.n_step,
-                gamma=self.gamma,
-                beta=self.beta(s),
-            )
+            sample = self.draw(s, mem, key=k_sample)
             s, priorities, metrics = self.learn(s, sample, key=k_learn)
             _, written = self.memory.split(
                 self.memory.update_priorities(mem, sample, priorities)
@@ -189,7 +208,7 @@ class AbstractOffPolicyAgent(AbstractAgent[S], Generic[S]):
             return carry, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
 
         ready = (memory.count >= max(self.learning_starts, self.batch_size)) & (
-            memory.size >= self.n_step
+            memory.size >= self.window
         )
         (state, written), metrics = jax.lax.cond(
             ready, learning, waiting, (state, written)

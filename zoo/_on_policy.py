@@ -132,12 +132,13 @@ def check_sequence_length(agent: eqx.Module) -> None:
         )
 
 
-def episode_starts(traj: Transition) -> Bool[Array, "T envs"]:
+def episode_starts(traj: Transition, axis: int = 0) -> Bool[Array, "..."]:
     """Where a carry is reset before the step (an episode started after the
-    step before ended); never at the rollout's first step, whose stored carry
-    was reset when it was collected."""
-    done = traj.terminated | traj.truncated
-    return jnp.concatenate([jnp.zeros_like(done[:1]), done[:-1]])
+    step before ended), along the time axis `axis`; never at the first step,
+    whose stored carry was reset when it was collected."""
+    done = jnp.moveaxis(traj.terminated | traj.truncated, axis, 0)
+    starts = jnp.concatenate([jnp.zeros_like(done[:1]), done[:-1]])
+    return jnp.moveaxis(starts, 0, axis)
 
 
 def to_sequences(tree: PyTree, length: int) -> PyTree:

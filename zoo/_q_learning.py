@@ -19,11 +19,12 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 
 from envs import Discrete, Space
 
-from ._agent import Extras, Metrics, adam_optimizer
-from ._memory import Sample
-from ._networks import QNetwork
+from ._agent import Extras, Metrics, adam_optimizer, check_cell_size
+from ._memory import Replay, Sample, Transition, n_step_batch
+from ._networks import QNetwork, initial_cell_carry
 from ._normalize import RunningStats
 from ._off_policy import AbstractOffPolicyAgent, AbstractOffPolicyState
+from ._on_policy import episode_starts, unroll
 
 
 @final
@@ -87,6 +88,11 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
     dueling: eqx.AbstractVar[bool]
     hidden_sizes: eqx.AbstractVar[tuple[int, ...]]
     activation: eqx.AbstractVar[str]
+    reward_scale: eqx.AbstractVar[float]
+    cell_size: eqx.AbstractVar[int]
+    sequence_length: eqx.AbstractVar[int]
+    burn_in: eqx.AbstractVar[int]
+    supports_recurrence = True
 
     @property
     @abc.abstractmethod
@@ -114,10 +120,29 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
         """
 
     def __check_init__(self):
+        name = type(self).__name__
         if self.exploration_steps < 0:
             raise ValueError(
-                f"{type(self).__name__}: exploration_steps must be >= 0, got "
-                f"{self.exploration_steps}"
+                f"{name}: exploration_steps must be >= 0, got {self.exploration_steps}"
+            )
+        check_cell_size(self)
+        if not self.recurrent:
+            return
+        if type(self.sequence_length) is not int or self.sequence_length <= 0:
+            raise ValueError(
+                f"{name}: sequence_length (the replayed steps a recurrent agent "
+                f"learns from) must be a positive integer, got "
+                f"{self.sequence_length!r}"
+            )
+        if type(self.burn_in) is not int or self.burn_in < 0:
+            raise ValueError(
+                f"{name}: burn_in (steps that only warm the carry up) must be an "
+                f"integer >= 0, got {self.burn_in!r}"
+            )
+        if self.prioritized:
+            raise ValueError(
+                f"{name}(torso={self.torso!r}): prioritised replay of sequences is "
+                "not supported yet; set prioritized=False"
             )
 
     def check(self, obs_space: Space, action_space: Space, num_envs: int) -> None:
@@ -158,6 +183,7 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
             self.dueling,
             num_atoms=self.num_atoms,
             torso=self.torso,
+            cell_size=self.cell_size if self.recurrent else None,
             key=key,
         )
         horizon = self.gradient_horizon(num_envs, total_steps)
@@ -183,10 +209,62 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
         key: PRNGKeyArray,
         greedy: bool = False,
     ) -> tuple[Int[Array, ""], Extras]:
+        if self.recurrent:
+            raise ValueError(
+                f"{type(self).__name__}(torso={self.torso!r}) is recurrent: act "
+                "with act_step(state, carry, obs, key=..., greedy=...), starting "
+                "from agent.initial_carry() (runners.evaluate and experiments do)"
+            )
         q = self.value(state.online(self.preprocess(state, obs)))
+        return self._choose(state, q, key=key, greedy=greedy), {}
+
+    def _choose(self, state: QState, q, *, key, greedy) -> Int[Array, ""]:
         if greedy:
-            return jnp.argmax(q).astype(jnp.int32), {}
-        return epsilon_greedy(q, self._epsilon(state.env_steps), key=key), {}
+            return jnp.argmax(q).astype(jnp.int32)
+        return epsilon_greedy(q, self._epsilon(state.env_steps), key=key)
+
+    def initial_carry(self) -> PyTree:
+        """The Q network's cell carry (zeros) for a recurrent torso, `()`
+        otherwise."""
+        return initial_cell_carry(self.torso, self.cell_size)
+
+    def act_step(
+        self,
+        state: QState,
+        carry: PyTree,
+        obs: Shaped[Array, "..."],
+        *,
+        key: PRNGKeyArray,
+        greedy: bool = False,
+    ) -> tuple[Int[Array, ""], Extras, PyTree]:
+        if not self.recurrent:
+            return super().act_step(state, carry, obs, key=key, greedy=greedy)
+        out, next_carry = state.online.step(carry, self.preprocess(state, obs))
+        action = self._choose(state, self.value(out), key=key, greedy=greedy)
+        # The replay keeps the carry each step was acted from: a sequence
+        # drawn from it starts from the carry stored at its first step.
+        return action, {"carry": carry}, next_carry
+
+    @property
+    def window(self) -> int:
+        if self.recurrent:
+            return self.burn_in + self.sequence_length
+        return self.n_step
+
+    def draw(self, state: QState, memory: PyTree, *, key: PRNGKeyArray) -> Sample:
+        if not self.recurrent:
+            return super().draw(state, memory, key=key)
+        replay = self.memory
+        assert isinstance(replay, Replay)  # prioritised sequences are refused
+        return replay.sample_sequences(memory, self.batch_size, self.window, key=key)
+
+    def _scaled(self, reward: Float[Array, "..."]) -> Float[Array, "..."]:
+        """Rewards times `reward_scale`; left alone (no operation) at the
+        default 1.0, unless the scale is swept (an array)."""
+        scale = self.reward_scale
+        if isinstance(scale, float | int) and scale == 1.0:
+            return reward
+        return reward * scale
 
     def _loss(self, online: QNetwork, state: QState, sample: Sample, obs, next_obs):
         batch = sample.batch
@@ -200,16 +278,99 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
         discount = sample.discount * (1.0 - batch.terminated)
         # Truncated episodes bootstrap from their final observation; only
         # termination cuts the return.
-        losses, priorities = self.td_loss(taken, next_taken, batch.reward, discount)
+        reward = self._scaled(batch.reward)
+        losses, priorities = self.td_loss(taken, next_taken, reward, discount)
         q_taken = self.value(out)[index, batch.action]
         return jnp.mean(sample.weights * losses), (priorities, jnp.mean(q_taken))
+
+    def _sequence_loss(
+        self, online: QNetwork, state: QState, sample: Sample, obs, next_obs
+    ):
+        """R2D2's loss (Kapturowski et al., 2019) on `[batch, window]`
+        sequences: each network runs from the carry stored at the sequence's
+        first step, resetting where episodes start inside it; the first
+        `burn_in` steps only warm the carry up (no gradient, no loss), and the
+        rest learn n-step targets that stop at the sequence's end. Each step
+        bootstraps from its next observation under the carry that step led
+        to (one batched pass), so truncation bootstraps from the final
+        observation as in the feed-forward loss."""
+        batch = sample.batch
+        initial = self.initial_carry()
+        carry = jax.tree.map(lambda c: c[:, 0], batch.extras["carry"])
+        starts = episode_starts(batch, axis=1)
+        burn = self.burn_in
+
+        def run(network, carry, obs, starts):
+            return jax.vmap(lambda c, o, s: unroll(network.step, c, o, s, initial))(
+                carry, obs, starts
+            )
+
+        def last(carries):
+            return jax.tree.map(lambda c: c[:, -1], carries)
+
+        warm = lambda x: x[:, :burn]
+        learn = lambda x: x[:, burn:]
+        if burn:
+            _, warmed = run(online, carry, warm(obs), warm(starts))
+            carry_online = jax.lax.stop_gradient(last(warmed))
+            _, warmed = run(state.target, carry, warm(obs), warm(starts))
+            carry_target = last(warmed)
+        else:
+            carry_online = carry_target = carry
+        out, carries = run(online, carry_online, learn(obs), learn(starts))
+        _, target_carries = run(state.target, carry_target, learn(obs), learn(starts))
+        next_obs = learn(next_obs)
+        step_all = lambda net: jax.vmap(jax.vmap(lambda c, o: net.step(c, o)[0]))
+        next_target = step_all(state.target)(target_carries, next_obs)
+        if self.double_q:
+            chooser = step_all(online)(jax.lax.stop_gradient(carries), next_obs)
+        else:
+            chooser = next_target
+        next_action = jnp.argmax(self.value(chooser), axis=2)  # [batch, T]
+        next_taken = jax.lax.stop_gradient(
+            jnp.take_along_axis(
+                next_target, _expand(next_action, next_target.ndim), axis=2
+            )[:, :, 0]
+        )
+        action = learn(batch.action)
+        taken = jnp.take_along_axis(out, _expand(action, out.ndim), axis=2)[:, :, 0]
+        # n-step targets inside each sequence: `n_step_batch` over the
+        # sequence's steps as rows and the batch as envs, each window cut at
+        # the sequence's end; `next_obs` carries the bootstrap outputs.
+        steps, size = taken.shape[1], taken.shape[0]
+        seq = Transition(
+            obs=jnp.zeros((steps, size)),
+            action=jnp.zeros((steps, size)),
+            reward=self._scaled(learn(batch.reward)).T,
+            terminated=learn(batch.terminated).T,
+            truncated=learn(batch.truncated).T,
+            next_obs=jnp.swapaxes(next_taken, 0, 1),
+            extras={},
+        )
+        row = jnp.repeat(jnp.arange(steps), size)
+        env = jnp.tile(jnp.arange(size), steps)
+        targets, discount = n_step_batch(
+            seq, row, env, self.n_step, self.gamma, available=steps - row
+        )
+        discount = discount * (1.0 - targets.terminated)
+        flat = lambda x: jnp.swapaxes(x, 0, 1).reshape(steps * size, *x.shape[2:])
+        losses, _ = self.td_loss(
+            flat(taken), targets.next_obs, targets.reward, discount
+        )
+        weights = jnp.tile(sample.weights, steps)
+        q_taken = flat(
+            jnp.take_along_axis(self.value(out), action[..., None], axis=2)[..., 0]
+        )
+        priorities = jnp.ones(size)  # uniform replay: no priorities to keep
+        return jnp.mean(weights * losses), (priorities, jnp.mean(q_taken))
 
     def learn(
         self, state: QState, sample: Sample, *, key: PRNGKeyArray
     ) -> tuple[QState, Float[Array, " batch"], Metrics]:
         obs = self.preprocess(state, sample.batch.obs)
         next_obs = self.preprocess(state, sample.batch.next_obs)
-        grad_fn = eqx.filter_value_and_grad(self._loss, has_aux=True)
+        loss_fn = self._sequence_loss if self.recurrent else self._loss
+        grad_fn = eqx.filter_value_and_grad(loss_fn, has_aux=True)
         (loss, (priorities, q_mean)), grads = grad_fn(
             state.online, state, sample, obs, next_obs
         )
@@ -229,3 +390,9 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
 
     def schedule_metrics(self, state: QState) -> Metrics:
         return {"epsilon": self._epsilon(state.env_steps)}
+
+
+def _expand(index: Int[Array, "batch T"], ndim: int) -> Int[Array, "batch T ..."]:
+    """`index` with trailing axes for `take_along_axis` on outputs of `ndim`
+    axes (`[batch, T, actions]`, or `[batch, T, actions, atoms]`)."""
+    return index.reshape(*index.shape, *(1,) * (ndim - 2))

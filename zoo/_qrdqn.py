@@ -70,9 +70,13 @@ class QRDQN(AbstractQAgent):
     n_quantiles: int = eqx.field(static=True, default=25)
     kappa: float = eqx.field(static=True, default=1.0)
     max_grad_norm: float = 10.0
+    reward_scale: float = 1.0
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
     activation: str = eqx.field(static=True, default="relu")
     torso: str = eqx.field(static=True, default="auto")
+    cell_size: int = eqx.field(static=True, default=128)
+    sequence_length: int = eqx.field(static=True, default=16)
+    burn_in: int = eqx.field(static=True, default=8)
     normalize_obs: bool = eqx.field(static=True, default=False)
     scale_obs: bool = eqx.field(static=True, default=False)
 
