@@ -242,6 +242,17 @@ def scaled_stats(obs_space: Space, *, who: str = "scaled_stats") -> RunningStats
     )
 
 
+def refuse_act(agent: "AbstractAgent") -> None:
+    """A `ValueError` if `agent` is recurrent: its `act` has no carry to take,
+    so it must be called through `act_step`."""
+    if agent.recurrent:
+        raise ValueError(
+            f"{type(agent).__name__}(torso={agent.torso!r}) is recurrent: act with "
+            "act_step(state, carry, obs, key=..., greedy=...), starting from "
+            "agent.initial_carry() (runners.evaluate and experiments do)"
+        )
+
+
 def check_cell_size(agent: "AbstractAgent") -> None:
     """A `ValueError` unless a recurrent agent's `cell_size` is a positive
     integer."""

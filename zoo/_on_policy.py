@@ -19,7 +19,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree, Shaped
 from envs import Box, Discrete, Space
 
 from . import _distributions as dist
-from ._agent import AbstractAgent, AbstractState, Extras, check_cell_size
+from ._agent import AbstractAgent, AbstractState, Extras, check_cell_size, refuse_act
 from ._memory import Rollout, RolloutState, Transition
 from ._networks import Critic, DiscreteActor, GaussianActor, initial_cell_carry
 from ._normalize import RunningStats
@@ -352,12 +352,7 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
         key: PRNGKeyArray,
         greedy: bool = False,
     ) -> tuple[Shaped[Array, "..."], Extras]:
-        if self.recurrent:
-            raise ValueError(
-                f"{type(self).__name__}(torso={self.torso!r}) is recurrent: act with "
-                "act_step(state, carry, obs, key=..., greedy=...), starting from "
-                "agent.initial_carry() (runners.evaluate and experiments do)"
-            )
+        refuse_act(self)
         obs = self.preprocess(state, obs)
         value = state.critic(obs)
         out = state.actor(obs)

@@ -18,6 +18,7 @@ from ._agent import (
     adam_optimizer,
     check_cell_size,
     check_positive,
+    refuse_act,
 )
 from ._memory import Rollout, RolloutState
 from ._networks import QNetwork, initial_cell_carry
@@ -32,7 +33,7 @@ from ._on_policy import (
     to_sequences,
     unroll,
 )
-from ._q_learning import check_discrete, epsilon_greedy, linear_epsilon
+from ._q_learning import check_discrete, choose, linear_epsilon
 
 
 def lambda_returns(
@@ -204,19 +205,12 @@ class PQN(AbstractAgent[PQNState]):
         key: PRNGKeyArray,
         greedy: bool = False,
     ) -> tuple[Int[Array, ""], Extras]:
-        if self.recurrent:
-            raise ValueError(
-                f"PQN(torso={self.torso!r}) is recurrent: act with act_step(state, "
-                "carry, obs, key=..., greedy=...), starting from "
-                "agent.initial_carry() (runners.evaluate and experiments do)"
-            )
+        refuse_act(self)
         q = state.q_network(self.preprocess(state, obs))
         return self._choose(state, q, key=key, greedy=greedy), {}
 
     def _choose(self, state: PQNState, q, *, key, greedy):
-        if greedy:
-            return jnp.argmax(q).astype(jnp.int32)
-        return epsilon_greedy(q, self._epsilon(state.env_steps), key=key)
+        return choose(q, self._epsilon(state.env_steps), key=key, greedy=greedy)
 
     def initial_carry(self) -> PyTree:
         """The Q network's cell carry (zeros) for a recurrent torso, `()`

@@ -19,7 +19,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 
 from envs import Discrete, Space
 
-from ._agent import Extras, Metrics, adam_optimizer, check_cell_size
+from ._agent import Extras, Metrics, adam_optimizer, check_cell_size, refuse_act
 from ._memory import Replay, Sample, Transition, n_step_batch
 from ._networks import QNetwork, initial_cell_carry
 from ._normalize import RunningStats
@@ -52,6 +52,19 @@ def epsilon_greedy(
     random = jr.randint(k_action, (), 0, q.shape[0])
     explore = jr.uniform(k_explore) < epsilon
     return jnp.where(explore, random, jnp.argmax(q)).astype(jnp.int32)
+
+
+def choose(
+    q: Float[Array, " actions"],
+    epsilon: Float[Array, ""],
+    *,
+    key: PRNGKeyArray,
+    greedy: bool,
+) -> Int[Array, ""]:
+    """The greedy action of `q` when `greedy`, else an epsilon-greedy one."""
+    if greedy:
+        return jnp.argmax(q).astype(jnp.int32)
+    return epsilon_greedy(q, epsilon, key=key)
 
 
 def linear_epsilon(
@@ -209,19 +222,12 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
         key: PRNGKeyArray,
         greedy: bool = False,
     ) -> tuple[Int[Array, ""], Extras]:
-        if self.recurrent:
-            raise ValueError(
-                f"{type(self).__name__}(torso={self.torso!r}) is recurrent: act "
-                "with act_step(state, carry, obs, key=..., greedy=...), starting "
-                "from agent.initial_carry() (runners.evaluate and experiments do)"
-            )
+        refuse_act(self)
         q = self.value(state.online(self.preprocess(state, obs)))
         return self._choose(state, q, key=key, greedy=greedy), {}
 
     def _choose(self, state: QState, q, *, key, greedy) -> Int[Array, ""]:
-        if greedy:
-            return jnp.argmax(q).astype(jnp.int32)
-        return epsilon_greedy(q, self._epsilon(state.env_steps), key=key)
+        return choose(q, self._epsilon(state.env_steps), key=key, greedy=greedy)
 
     def initial_carry(self) -> PyTree:
         """The Q network's cell carry (zeros) for a recurrent torso, `()`
