@@ -210,7 +210,7 @@ class PQN(AbstractAgent[PQNState]):
         return self._choose(state, q, key=key, greedy=greedy), {}
 
     def _choose(self, state: PQNState, q, *, key, greedy):
-        return choose(q, self._epsilon(state.env_steps), key=key, greedy=greedy)
+        return choose(q, lambda: self._epsilon(state.env_steps), key=key, greedy=greedy)
 
     def initial_carry(self) -> PyTree:
         """The Q network's cell carry (zeros) for a recurrent torso, `()`

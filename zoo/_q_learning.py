@@ -8,6 +8,7 @@ replay, target networks and schedules come from the off-policy skeleton.
 """
 
 import abc
+from collections.abc import Callable
 from typing import final
 
 import equinox as eqx
@@ -56,15 +57,16 @@ def epsilon_greedy(
 
 def choose(
     q: Float[Array, " actions"],
-    epsilon: Float[Array, ""],
+    epsilon: Callable[[], Float[Array, ""]],
     *,
     key: PRNGKeyArray,
     greedy: bool,
 ) -> Int[Array, ""]:
-    """The greedy action of `q` when `greedy`, else an epsilon-greedy one."""
+    """The greedy action of `q` when `greedy`, else an epsilon-greedy one with
+    `epsilon()` (called only then: a greedy program holds no schedule)."""
     if greedy:
         return jnp.argmax(q).astype(jnp.int32)
-    return epsilon_greedy(q, epsilon, key=key)
+    return epsilon_greedy(q, epsilon(), key=key)
 
 
 def linear_epsilon(
@@ -227,7 +229,7 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
         return self._choose(state, q, key=key, greedy=greedy), {}
 
     def _choose(self, state: QState, q, *, key, greedy) -> Int[Array, ""]:
-        return choose(q, self._epsilon(state.env_steps), key=key, greedy=greedy)
+        return choose(q, lambda: self._epsilon(state.env_steps), key=key, greedy=greedy)
 
     def initial_carry(self) -> PyTree:
         """The Q network's cell carry (zeros) for a recurrent torso, `()`
