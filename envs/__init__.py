@@ -27,6 +27,7 @@ from ._probes import (
 from ._registry import (
     MULTI_AGENT as MULTI_AGENT,
     POMDP as POMDP,
+    PRESETS as PRESETS,
     PROBES as PROBES,
     is_multi_agent as is_multi_agent,
     make as make,

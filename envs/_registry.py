@@ -33,6 +33,15 @@ POMDP: dict[str, tuple[Callable[..., AbstractEnv], tuple[int, ...]]] = {
     # [cos theta, sin theta, theta_dot]: the angle.
     "StatelessPendulum-v1": (Pendulum, (0, 1)),
 }
+# Named settings of another env: `make(name)` is `make(base, **params)`, and
+# `make(name, **more)` updates `params` with `more`. A tuned block, a benchmark
+# row and a pretrained agent are keyed by env name, so a setting with its own
+# row gets its own name.
+PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
+    # bsuite's memory task with 30 steps between the cue and the query
+    # (MemoryChain-bsuite's default is 5).
+    "MemoryChain30-bsuite": ("MemoryChain-bsuite", {"memory_length": 30}),
+}
 PROBES: dict[str, Callable[..., AbstractEnv]] = {
     "probe/ConstantReward": ConstantReward,
     "probe/ObservationReward": ObservationReward,
@@ -68,6 +77,7 @@ def names() -> list[str]:
     return sorted(
         set(NATIVE)
         | set(POMDP)
+        | set(PRESETS)
         | set(gymnax_names())
         | set(PROBES)
         | set(MULTI_AGENT)
@@ -82,7 +92,9 @@ def uses_jaxmarl(name: str) -> bool:
 
     from ._gymnax import gymnax_names
 
-    if name in NATIVE or name in POMDP or name in PROBES or name in MULTI_AGENT:
+    if name in NATIVE or name in POMDP or name in PRESETS or name in PROBES:
+        return False
+    if name in MULTI_AGENT:
         return False
     if name in gymnax_names() or importlib.util.find_spec("jaxmarl") is None:
         return False
@@ -133,6 +145,7 @@ def make(name: str, **env_params: Any) -> AbstractEnv:
 
     - `name`: e.g. `"CartPole-v1"`, `"Breakout-MinAtar"`, `"probe/TwoStepDiscount"`,
       `"StatelessCartPole-v1"` (partially observable: velocities hidden);
+      `"MemoryChain30-bsuite"` (`"MemoryChain-bsuite"` with `memory_length=30`);
       `"gymnax/<name>"` forces gymnax's own implementation.
     - `**env_params`: environment parameters, e.g. `max_steps_in_episode=200`;
       and `sticky_prob`, for any env: wrap it in `StickyActions(env, sticky_prob)`
@@ -154,6 +167,9 @@ def make(name: str, **env_params: Any) -> AbstractEnv:
         raise ValueError(
             f"{name!r} is a multi-agent env: build it with envs.make_multi({name!r})"
         )
+    if name in PRESETS:
+        base_name, preset = PRESETS[name]
+        return make(base_name, **{**preset, **env_params})
     if name in POMDP:
         base, keep = POMDP[name]
         return MaskObservation(_build(base, name, env_params), keep, name)
