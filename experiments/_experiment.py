@@ -2,13 +2,14 @@
 logger, the default observers (`runs/` files, `-m` MongoDB through ours), and
 where a run is recorded."""
 
+import contextlib
 import inspect
 import logging
 import sys
 from pathlib import Path
 from typing import Any
 
-from experiments import _distributed, _mongo
+from experiments import _distributed, _liveness, _mongo
 from experiments._sacred import (
     Experiment,
     FileStorageObserver,
@@ -172,6 +173,14 @@ def observe(ex: Any) -> None:
             observer = FileStorageObserver(RUNS_DIR)
             defaults.append(observer)
             ex.observers.append(observer)
+        if options.get("COMMAND") in (None, "main") and not options.get("--unobserved"):
+            # Records a killed process left RUNNING: marked INTERRUPTED and named.
+            basedir = Path(options.get("--file_storage") or RUNS_DIR)
+            _liveness.mark_dead_file_records(basedir)
+            for observer in ex.observers:
+                if isinstance(observer, MongoObserver):
+                    with contextlib.suppress(Exception):  # the run will say
+                        _liveness.mark_dead_mongo_records(observer, (basedir,))
 
     ex.equizoo_default_observers = defaults
 

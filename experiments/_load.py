@@ -3,6 +3,8 @@
 Importing this module imports neither Sacred nor JAX; loading imports JAX.
 """
 
+import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -80,5 +82,8 @@ def _load(path: Path) -> tuple[Any, Any, Any, Header]:
     if state_file.name == runners.STATE_FILE:
         state, _ = runners.load_checkpoint(state_file.parent, like)
     else:
-        state = eqx.tree_deserialise_leaves(state_file, like)
+        # A run's final state: a copy of its last checkpoint, with its meta.
+        data = state_file.read_bytes()
+        runners.check_state_bytes(state_file, json.loads(header_file.read_text()), data)
+        state = eqx.tree_deserialise_leaves(io.BytesIO(data), like)
     return agent, state, env, header

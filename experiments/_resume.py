@@ -17,15 +17,14 @@ from experiments._interrupt import Interrupted
 from experiments._sacred import MongoObserver
 
 
-def resume_checkpoint(resume: Any) -> Path:
-    """The newest checkpoint of the run folder `resume`, checked to be complete
-    (its `state.eqx` holds what its `meta.json` lists) from the array headers,
-    without reading the data.
+def resume_checkpoint(resume: Any, *, quiet: bool = False) -> Path:
+    """The newest checkpoint of the run folder `resume` that verifies: its
+    `meta.json` and `state.eqx` match their checksums, and `state.eqx` holds what
+    `meta.json` lists. A damaged or incomplete newer one is passed over with a
+    line on stderr that names it and the one used instead (`quiet`: no line).
 
     **Raises:** `ConfigError` naming `resume` and what is wrong.
     """
-    import runners
-
     if not isinstance(resume, str | Path) or not str(resume):
         raise ConfigError(
             f"resume: expected a run folder (e.g. runs/1), got {resume!r}"
@@ -34,32 +33,61 @@ def resume_checkpoint(resume: Any) -> Path:
     if not run_dir.is_dir():
         raise ConfigError(f"resume: no run folder {str(run_dir)!r}")
     root = RunFolder(run_dir).checkpoints
-    latest = runners.latest_checkpoint(root)
-    if latest is None:
+    path, damaged = _newest_verified(root)
+    if path is None and not damaged:
         raise ConfigError(
             f"resume: {str(run_dir)!r} has no checkpoint (nothing complete in "
             f"{str(root)!r})"
         )
-    try:
-        meta = runners.read_meta(latest)
-        runners.verify_checkpoint(latest, meta)
-    except runners.CheckpointError as e:
-        raise ConfigError(f"resume: {e}") from None
-    if not isinstance(meta.get("config"), dict):
-        raise ConfigError(f"resume: {str(latest)!r} records no run config")
-    return latest
+    if path is None:
+        raise ConfigError(
+            f"resume: no checkpoint of {str(run_dir)!r} verifies; the newest: "
+            f"{damaged[0]}"
+        )
+    if damaged and not quiet:
+        print(
+            f"resume: {damaged[0]}; resuming from {path}, the newest checkpoint that "
+            f"verifies ({len(damaged)} newer one(s) passed over)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return path
+
+
+def _newest_verified(root: Path) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint folder under `root` that verifies and records a
+    run config, and why each newer one was passed over. A folder a write left
+    unfinished (a temporary name) is not a checkpoint; one named by its env
+    steps is, and is checked."""
+    import runners
+
+    if not root.is_dir():
+        return None, []
+    numbered = [p for p in root.iterdir() if p.is_dir() and p.name.isdigit()]
+    damaged = []
+    for path in sorted(numbered, key=lambda p: int(p.name), reverse=True):
+        try:
+            meta = runners.read_meta(path)
+            runners.verify_checkpoint(path, meta)
+        except runners.CheckpointError as e:
+            damaged.append(str(e))
+            continue
+        if not isinstance(meta.get("config"), dict):
+            damaged.append(f"{str(path)!r} records no run config")
+            continue
+        return path, damaged
+    return None, damaged
 
 
 @functools.lru_cache(maxsize=8)
 def _resumed_config(resume: str) -> dict[str, Any] | None:
     import runners
 
-    latest = RunFolder(resume).latest_checkpoint()
     try:
-        meta = runners.read_meta(latest) if latest is not None else None
-    except runners.CheckpointError:
+        meta = runners.read_meta(resume_checkpoint(resume, quiet=True))
+    except (ConfigError, runners.CheckpointError):
         return None
-    config = meta.get("config") if meta is not None else None
+    config = meta.get("config")
     return config if isinstance(config, dict) else None
 
 

@@ -72,6 +72,75 @@ def _serialise_captured_output() -> None:
     proxy.flush = locked(proxy.flush)  # type: ignore[method-assign]
 
 
+def _atomic_file_records() -> None:
+    """Sacred's file observer rewrites `run.json`, `info.json` and `metrics.json`
+    in place at every heartbeat: a process killed mid-write leaves a truncated
+    file, and with it every metric recorded so far lost. Ours writes a temporary
+    file and renames it over the old one, so a record is always whole (the old
+    one or the new one)."""
+    import json
+    import os
+
+    from sacred.observers import file_storage
+
+    def save_json(self, obj, filename):
+        path = os.path.join(self.dir, filename)
+        tmp = f"{path}.writing"
+        with open(tmp, "w") as f:
+            flat = file_storage.flatten(obj)  # pyright: ignore[reportPrivateImportUsage]
+            json.dump(flat, f, sort_keys=True, indent=2)
+            f.flush()
+        os.replace(tmp, path)
+
+    file_storage.FileStorageObserver.save_json = save_json  # type: ignore[method-assign]
+
+
+def _locked_file_records() -> None:
+    """A file record's folder is locked from its creation, before its record
+    says RUNNING, until its record says how the run ended; a record left RUNNING
+    in an unlocked folder is a dead process's (`experiments._liveness`)."""
+    from sacred.observers import file_storage
+
+    from experiments import _liveness
+
+    observer = file_storage.FileStorageObserver
+    make = observer._make_run_dir
+
+    def _make_run_dir(self, _id):
+        make(self, _id)
+        _liveness.acquire(self.dir)
+
+    observer._make_run_dir = _make_run_dir  # type: ignore[method-assign]
+    for name in ("completed_event", "interrupted_event", "failed_event"):
+        event = getattr(observer, name)
+
+        def ended(self, *args, _event=event, **kwargs):
+            try:
+                return _event(self, *args, **kwargs)
+            finally:
+                _liveness.release(self.dir)
+
+        setattr(observer, name, ended)
+
+
+def _heartbeat_on_demand() -> None:
+    """`Run._emit_heartbeat` under a lock, so that training can bring its record
+    up to date after a checkpoint (`SacredSink.flush`) while Sacred's heartbeat
+    thread may be beating too."""
+    import threading
+
+    from sacred.run import Run
+
+    lock = threading.RLock()
+    beat = Run._emit_heartbeat
+
+    def locked(self):
+        with lock:
+            return beat(self)
+
+    Run._emit_heartbeat = locked  # type: ignore[method-assign]
+
+
 def _print_ours_in_one_line() -> None:
     """Sacred's command line prints a `SacredError` in one line and any other
     error with its traceback; it reads the name `SacredError` of its module when
@@ -84,4 +153,7 @@ def _print_ours_in_one_line() -> None:
 
 
 _serialise_captured_output()
+_atomic_file_records()
+_locked_file_records()
+_heartbeat_on_demand()
 _print_ours_in_one_line()

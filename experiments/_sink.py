@@ -55,6 +55,17 @@ class Sink(abc.ABC):
         """Where the record is, for the run's last line."""
         return "not recorded"
 
+    def flush(self) -> None:
+        """Bring the record up to date now (after a checkpoint: a process killed
+        later keeps every metric logged until then). Nothing to do by default."""
+        return None
+
+    def record_error(self) -> str | None:
+        """What went wrong when the run's file record could not be written (a
+        full disk, a read-only folder); `None` while it is written. (A record in
+        MongoDB that fails does not stop training: the file record is kept.)"""
+        return None
+
     def resume_command(self) -> str | None:
         """The command that continues this run from its newest checkpoint."""
         return None
@@ -102,6 +113,22 @@ class SacredSink(Sink):
 
     def where(self) -> str:
         return _experiment.where(self.run)
+
+    def flush(self) -> None:
+        self.run._emit_heartbeat()  # locked against Sacred's own (_sacred)
+
+    def record_error(self) -> str | None:
+        from experiments._sacred import FileStorageObserver
+
+        # Sacred stops writing to an observer that raised once, with a warning.
+        for observer in getattr(self.run, "_failed_observers", []):
+            if isinstance(observer, FileStorageObserver):
+                where = observer.dir or observer.basedir
+                return (
+                    f"the run's file record in {where} could not be written (see "
+                    "Sacred's warning above)"
+                )
+        return None
 
     def resume_command(self) -> str | None:
         from experiments import _resume

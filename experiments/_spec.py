@@ -520,7 +520,7 @@ def _tuned_block_warnings(agent: str, env: str) -> list[str]:
 
 def check_resume(config: Mapping[str, Any], keys: tuple[Key, ...] = KEYS) -> None:
     """A resumed run keeps its original's config: refuse any other override."""
-    latest = _resume.resume_checkpoint(config["resume"])
+    latest = _resume.resume_checkpoint(config["resume"], quiet=True)
     meta = _resume.checkpoint_meta(latest)
     original = meta["config"]
     where = f"the run in {str(config['resume'])!r}"

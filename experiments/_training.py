@@ -26,14 +26,22 @@ from experiments._sink import NullSink, Sink
 from experiments._spec import RunSpec
 
 
+class WriteFailed(Exception):
+    """A checkpoint or the run's file record could not be written (a full disk,
+    a read-only folder): training stops (`write_failed` says how)."""
+
+
 class Checkpoints:
     """The `checkpoint` callback of `runners.run`: each checkpoint goes to
     `root/<env steps>/` with the run's `header` (a temporary folder when the run
     keeps no file record), the newest `keep` stay, and `seconds` adds up the
-    time spent."""
+    time spent. Before each, the run's record (`sink`) is brought up to date;
+    after it, training stops if the record could not be written."""
 
-    def __init__(self, root: Path | None, header: dict[str, Any], keep: int):
-        self.root, self.header, self.keep = root, header, keep
+    def __init__(
+        self, root: Path | None, header: dict[str, Any], keep: int, sink: Sink
+    ):
+        self.root, self.header, self.keep, self.sink = root, header, keep, sink
         self.written: list[Path] = []
         self.seconds = 0.0
 
@@ -45,10 +53,21 @@ class Checkpoints:
             self.root = Path(tempfile.mkdtemp(prefix="equizoo-checkpoints-"))
         path = self.root / str(report.env_steps)
         meta = {**self.header, "env_steps": report.env_steps}
-        runners.save_checkpoint(path, carry, meta)
+        # The record first: once a checkpoint exists, the record holds every
+        # metric logged up to it, whenever the process dies after.
+        self.sink.flush()
+        try:
+            runners.save_checkpoint(path, carry, meta)
+        except OSError as e:
+            # save_checkpoint has removed what it wrote; the others are intact.
+            message = f"could not write the checkpoint {path} ({reason(e)})"
+            raise WriteFailed(message) from None
         self.written.append(path)
         runners.prune_checkpoints(self.root, self.keep)
         self.seconds += time.perf_counter() - t
+        problem = self.sink.record_error()
+        if problem:
+            raise WriteFailed(problem)
 
     def newest(self) -> Path | None:
         """The checkpoint this run wrote last."""
@@ -99,6 +118,28 @@ def failed(
         return TrainingError(_resume.peer_lost(sink, error, last))
     kept = f"the last good checkpoint is {last}" if last else "no checkpoint yet"
     return TrainingError(f"{where}{error}; {kept}")
+
+
+def reason(error: OSError) -> str:
+    """An `OSError` in a few words: `No space left on device: 'runs/1/x'`."""
+    what = error.strerror or str(error)
+    return f"{what}: {str(error.filename)!r}" if error.filename else what
+
+
+def write_failed(sink: Sink, error: Exception, last: Path | None, where: str = ""):
+    """The one line of a run stopped because it could not write: what failed,
+    the last complete checkpoint, and how to go on."""
+    if last is None:
+        return TrainingError(
+            f"{where}{error}; no checkpoint was completed: free space (or make the "
+            "run folder writable) and start the run again"
+        )
+    command = sink.resume_command()
+    then = f" and resume with: {command}" if command else ""
+    return TrainingError(
+        f"{where}{error}; the last complete checkpoint is {last}: free space (or "
+        f"make the run folder writable){then}"
+    )
 
 
 @dataclasses.dataclass
@@ -286,7 +327,7 @@ def _train_job(
     """`runners.run` for one job, with its checkpoints, signals and errors."""
     import runners
 
-    written = Checkpoints(job.root, job.header, spec.keep_checkpoints)
+    written = Checkpoints(job.root, job.header, spec.keep_checkpoints, sink)
     checkpoints.append(written)
     if spec.progress and _distributed.is_main():
         print(job.announce, file=sys.stderr, flush=True)
@@ -305,6 +346,8 @@ def _train_job(
             )
     except (runners.NonFiniteError, runners.PeerLostError) as e:
         raise failed(sink, e, written.last(), job.where) from None
+    except WriteFailed as e:
+        raise write_failed(sink, e, written.last(), job.where) from None
     finally:
         job.callback.close()
     sink.info["checkpoint_s"] = round(sum(c.seconds for c in checkpoints), 3)
@@ -346,7 +389,16 @@ def _finish_run(
     if sink.recording:
         newest = checkpoints.newest()
         assert newest is not None  # a recorded run ends with a checkpoint
-        save_artifacts(sink, result, recorder, newest, agent=spec.agent, env=spec.env)
+        try:
+            save_artifacts(
+                sink, result, recorder, newest, agent=spec.agent, env=spec.env
+            )
+        except OSError as e:
+            error = WriteFailed(f"could not write the run's artifacts ({reason(e)})")
+            raise write_failed(sink, error, checkpoints.last()) from None
+        problem = sink.record_error()
+        if problem:
+            raise write_failed(sink, WriteFailed(problem), checkpoints.last())
         if spec.video and _distributed.is_main():
             stem = f"{spec.agent}__{spec.env}"
             film(sink, agent, result.state, env, stem)

@@ -4,6 +4,7 @@ from ._checkpoint import (
     META_FILE as META_FILE,
     STATE_FILE as STATE_FILE,
     CheckpointError as CheckpointError,
+    check_state_bytes as check_state_bytes,
     latest_checkpoint as latest_checkpoint,
     list_checkpoints as list_checkpoints,
     load_checkpoint as load_checkpoint,

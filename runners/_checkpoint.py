@@ -2,21 +2,29 @@
 
 ```
 <root>/<env_steps>/state.eqx   the carry (`eqx.tree_serialise_leaves`: NumPy arrays)
-<root>/<env_steps>/meta.json   format, versions, the caller's metadata, and the
-                               carry's structure (each leaf's path, shape, dtype)
+<root>/<env_steps>/meta.json   format, versions, the caller's metadata, the
+                               carry's structure (each leaf's path, shape, dtype),
+                               the SHA-256 of state.eqx, and its own (`checksum`:
+                               of every other entry)
 ```
 
 A checkpoint is written under a temporary name and renamed into place, so a
-reader never sees a half-written one. Loading never executes code from the files:
-`meta.json` is JSON and the leaves are read with `np.load` (pickle disallowed) into
-a template the caller builds; the structure in `meta.json` is compared with the
-template's before any data is read. `read_meta` and `verify_checkpoint` use only
-the standard library and NumPy and read no data, so a command line rejects a bad
-checkpoint before building or compiling anything (importing `runners` imports
-JAX, though).
+reader never sees a half-written one; a write that fails (a full disk, a
+read-only folder) removes what it wrote and leaves the others as they were. A
+flipped byte or a truncated file fails its checksum on load (format version 1,
+before checksums, is still read, without them).
+
+Loading never executes code from the files: `meta.json` is JSON and the leaves
+are read with `np.load` (pickle disallowed) into a template the caller builds;
+the structure in `meta.json` is compared with the template's before any data is
+read. `read_meta` and `verify_checkpoint` use only the standard library and
+NumPy, so a command line rejects a bad checkpoint before building or compiling
+anything (importing `runners` imports JAX, though).
 """
 
+import hashlib
 import importlib.metadata
+import io
 import json
 import math
 import os
@@ -27,7 +35,7 @@ from typing import Any
 import numpy as np
 
 FORMAT = "equizoo-checkpoint"
-VERSION = 1
+VERSION = 2  # 2: checksums
 STATE_FILE = "state.eqx"
 META_FILE = "meta.json"
 _TMP = ".tmp-"
@@ -82,17 +90,47 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _canonical(meta: dict[str, Any]) -> bytes:
+    """The bytes `meta.json`'s own checksum covers: every entry but `checksum`."""
+    rest = {k: v for k, v in meta.items() if k != "checksum"}
+    return json.dumps(rest, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+class _HashingWriter(io.RawIOBase):
+    """A write-only file that hashes what passes through it on its way to `f`."""
+
+    def __init__(self, f: Any):
+        self.f, self.hash = f, hashlib.sha256()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        self.hash.update(b)
+        return self.f.write(b)
+
+    def checksum(self) -> str:
+        return "sha256:" + self.hash.hexdigest()
+
+
 def save_checkpoint(path: str | Path, state: Any, meta: dict[str, Any]) -> Path:
     """Write `state` (any pytree of arrays, e.g. a `TrainState` with its seed axis)
     and `meta` (JSON-serialisable) to the folder `path`, atomically.
 
-    `meta.json` holds `meta` plus `format`, `version`, `equizoo_version` and
-    `structure`. An existing checkpoint at `path` is replaced.
+    `meta.json` holds `meta` plus `format`, `version`, `equizoo_version`,
+    `structure`, `checksums` (`state.eqx`'s SHA-256) and `checksum` (its own).
+    An existing checkpoint at `path` is replaced.
 
     **Returns:** `path`.
-    """
-    import equinox as eqx
 
+    **Raises:** `OSError` when the folder cannot be written (a full disk, a
+    read-only folder), after removing what this call wrote: the checkpoints
+    already there are untouched.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     header = {
@@ -103,17 +141,11 @@ def save_checkpoint(path: str | Path, state: Any, meta: dict[str, Any]) -> Path:
         "structure": structure(state),
     }
     tmp = path.with_name(f".{path.name}{_TMP}{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    with (tmp / STATE_FILE).open("wb") as f:
-        eqx.tree_serialise_leaves(f, state)
-        f.flush()
-        os.fsync(f.fileno())
-    with (tmp / META_FILE).open("w") as f:
-        f.write(json.dumps(header, indent=1) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        _write(tmp, state, header)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if path.exists():
         old = path.with_name(f".{path.name}.old{_TMP}{os.getpid()}")
         path.rename(old)
@@ -123,6 +155,36 @@ def save_checkpoint(path: str | Path, state: Any, meta: dict[str, Any]) -> Path:
         tmp.rename(path)
     _fsync_dir(path.parent)
     return path
+
+
+def _write(tmp: Path, state: Any, header: dict[str, Any]) -> None:
+    """Both files of a checkpoint into the new folder `tmp`, synced to disk."""
+    import equinox as eqx
+
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    with (tmp / STATE_FILE).open("wb") as f:
+        hashing = _HashingWriter(f)
+        try:
+            eqx.tree_serialise_leaves(hashing, state)
+        except Exception as e:
+            # Equinox wraps what a write raised with the leaf's path: a full
+            # disk is still an `OSError` to the caller.
+            cause: BaseException | None = e
+            while cause is not None and not isinstance(cause, OSError):
+                cause = cause.__cause__
+            if cause is None:
+                raise
+            raise cause from None
+        f.flush()
+        os.fsync(f.fileno())
+    header = {**header, "checksums": {STATE_FILE: hashing.checksum()}}
+    header["checksum"] = _sha256(_canonical(header))
+    with (tmp / META_FILE).open("w") as f:
+        f.write(json.dumps(header, indent=1) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def list_checkpoints(root: str | Path) -> list[Path]:
@@ -180,15 +242,43 @@ def read_meta(path: str | Path) -> dict[str, Any]:
             f"{str(path)!r} was written by a newer equizoo (checkpoint format "
             f"{version!r}, equizoo {meta.get('equizoo_version')}); upgrade to read it"
         )
+    if version >= 2:
+        checksum = meta.get("checksum")
+        if checksum != _sha256(_canonical(meta)):
+            raise CheckpointError(
+                f"{str(meta_path)!r} does not match its checksum: it is damaged"
+            )
+        checksums = meta.get("checksums")
+        if not isinstance(checksums, dict) or STATE_FILE not in checksums:
+            raise CheckpointError(f"{str(meta_path)!r} has no checksum of {STATE_FILE}")
     if not isinstance(meta.get("structure"), list):
         raise CheckpointError(f"{str(meta_path)!r} has no structure summary")
     return meta
 
 
-def verify_checkpoint(path: str | Path, meta: dict[str, Any] | None = None) -> None:
-    """Check, reading only array headers, that `state.eqx` holds exactly the
-    leaves `meta.json` lists (shapes, dtypes, sizes): a truncated or padded file,
-    or one from another structure, fails here. No JAX, no data read.
+def check_state_bytes(
+    state_path: str | Path, meta: dict[str, Any], data: bytes
+) -> None:
+    """`data`, the bytes of the state file `state_path` (a checkpoint's
+    `state.eqx`, or a copy such as a run's final state), against the checksum
+    in its `meta` (none in format 1: nothing to check).
+
+    **Raises:** `CheckpointError` when they differ."""
+    want = (meta.get("checksums") or {}).get(STATE_FILE)
+    if want is not None and _sha256(data) != want:
+        raise CheckpointError(
+            f"{str(state_path)!r} does not match its checksum in {META_FILE}: "
+            "the file is damaged"
+        )
+
+
+def verify_checkpoint(
+    path: str | Path, meta: dict[str, Any] | None = None, *, data: bool = True
+) -> None:
+    """Check that `state.eqx` holds exactly the leaves `meta.json` lists (shapes,
+    dtypes, sizes, from the array headers: a truncated or padded file, or one
+    from another structure, fails here) and, with `data`, that its bytes match
+    the checksum in `meta.json` (a flipped byte fails here). No JAX.
 
     **Raises:** `CheckpointError`.
     """
@@ -231,6 +321,8 @@ def verify_checkpoint(path: str | Path, meta: dict[str, Any] | None = None) -> N
                 f"{str(state_path)!r}: {size - f.tell()} unexpected bytes after "
                 f"the {len(leaves)} leaves {META_FILE} lists"
             )
+    if data:
+        check_state_bytes(state_path, meta, state_path.read_bytes())
 
 
 def load_checkpoint(
@@ -275,12 +367,13 @@ def load_checkpoint(
             f"{str(path)!r} does not fit the requested run: {len(have)} leaves in "
             f"the checkpoint, {len(want)} expected"
         )
-    verify_checkpoint(path, meta)
-    with (path / STATE_FILE).open("rb") as f:
-        try:
-            state = eqx.tree_deserialise_leaves(f, like)
-        except Exception as e:
-            raise CheckpointError(
-                f"{str(path / STATE_FILE)!r} could not be read ({e})"
-            ) from None
+    verify_checkpoint(path, meta, data=False)
+    data = (path / STATE_FILE).read_bytes()
+    check_state_bytes(path / STATE_FILE, meta, data)
+    try:
+        state = eqx.tree_deserialise_leaves(io.BytesIO(data), like)
+    except Exception as e:
+        raise CheckpointError(
+            f"{str(path / STATE_FILE)!r} could not be read ({e})"
+        ) from None
     return state, meta

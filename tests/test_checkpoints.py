@@ -110,7 +110,9 @@ def test_checkpoint_roundtrip_and_meta(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["64"]  # no temp left
     assert sorted(p.name for p in path.iterdir()) == ["meta.json", "state.eqx"]
     meta = json.loads((path / "meta.json").read_text())
-    assert meta["format"] == "equizoo-checkpoint" and meta["version"] == 1
+    assert meta["format"] == "equizoo-checkpoint" and meta["version"] == 2
+    assert meta["checksums"]["state.eqx"].startswith("sha256:")
+    assert meta["checksum"].startswith("sha256:")
     assert meta["equizoo_version"] and meta["agent"] == "dqn" and meta["x"] == 1
     leaves = jax.tree.leaves(state)
     assert len(meta["structure"]) == len(leaves)
@@ -149,8 +151,11 @@ def test_checkpoint_refuses_what_does_not_fit(tmp_path):
         with pytest.raises(runners.CheckpointError, match=says):
             runners.load_checkpoint(path, like)
 
-    # Never unpickles: an object array is refused before it is read.
+    # Never unpickles: an object array is refused before it is read (here in a
+    # checkpoint of format 1, which has no checksums to fail first).
     meta = json.loads((path / "meta.json").read_text())
+    meta = {k: v for k, v in meta.items() if k not in ("checksum", "checksums")}
+    meta["version"] = 1
     with (path / "state.eqx").open("wb") as f:
         np.save(f, np.array([print], dtype=object), allow_pickle=True)
     meta["structure"] = [{"path": ".x", "shape": [1], "dtype": "object"}]
