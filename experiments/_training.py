@@ -348,6 +348,8 @@ def _train_job(
         raise failed(sink, e, written.last(), job.where) from None
     except WriteFailed as e:
         raise write_failed(sink, e, written.last(), job.where) from None
+    except runners.MemoryLimitError as e:
+        raise ConfigError(f"{job.where}{e}") from None
     finally:
         job.callback.close()
     sink.info["checkpoint_s"] = round(sum(c.seconds for c in checkpoints), 3)

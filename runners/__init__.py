@@ -21,6 +21,7 @@ from ._hparams import (
     sweepable as sweepable,
     with_hparams as with_hparams,
 )
+from ._placement import MemoryLimitError as MemoryLimitError
 from ._rollout import initial_carry as initial_carry
 from ._run import (
     NonFiniteError as NonFiniteError,

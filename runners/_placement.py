@@ -75,9 +75,14 @@ def _available_bytes(devices: list[Any]) -> int | None:
     return None
 
 
+class MemoryLimitError(ValueError):
+    """A run whose training state would not fit in the memory left."""
+
+
 def check_memory(state_shape: Any, *, num_runs: int, devices: list[Any]) -> None:
-    """A `ValueError` when the training state (held twice: a chunk's input and
-    output) would not fit in the memory left, before anything compiles."""
+    """A `MemoryLimitError` when the training state (held twice: a chunk's input
+    and output; a replay buffer or an on-policy rollout is part of it) would not
+    fit in the memory left, before anything compiles."""
     total = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state_shape))
     # This process holds its own devices' share of the runs.
     local = [d for d in devices if d.process_index == jax.process_index()]
@@ -87,7 +92,7 @@ def check_memory(state_shape: Any, *, num_runs: int, devices: list[Any]) -> None
         return
     gib = 2**30
     share = "" if len(local) == len(devices) else "this process's share of "
-    raise ValueError(
+    raise MemoryLimitError(
         f"{num_runs} run(s) need about {2 * total / gib:.1f} GiB for their "
         f"training state ({total / num_runs / 2**20:.0f} MiB per run, held twice); "
         f"{share}that is more than the {available / gib:.1f} GiB available on "

@@ -376,7 +376,7 @@ def test_a_config_too_big_for_memory_is_refused_before_compiling(name):
     env = envs.make("Pendulum-v1" if name in ("sac", "td3", "ddpg") else "CartPole-v1")
     agent = zoo.make(name, **big)
     with pytest.raises(
-        ValueError, match=r"need about [\d.]+ GiB.* than the [\d.]+ GiB"
+        runners.MemoryLimitError, match=r"need about [\d.]+ GiB.* than the [\d.]+ GiB"
     ):
         runners.run(
             agent,
@@ -387,6 +387,23 @@ def test_a_config_too_big_for_memory_is_refused_before_compiling(name):
             num_seeds=8,
             sweep={"learning_rate": [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3]},
         )
+
+
+def test_the_command_line_refuses_a_sweep_too_big_in_one_line():
+    from experiments.run import ConfigError, ex
+
+    updates = {
+        "agent": "dqn",
+        "hp.buffer_size": 2**27,
+        "num_seeds": 16,
+        "sweep.learning_rate": [1e-4, 1e-3],
+        "progress": False,
+    }
+    with pytest.raises(ConfigError) as info:
+        ex.run(config_updates=updates, options={"--unobserved": True})
+    message = str(info.value)
+    assert message.startswith("program 1 of the sweep: 32 run(s) need about"), message
+    assert "GiB available" in message and "\n" not in message
 
 
 def _fields(name: str) -> set[str]:
