@@ -328,6 +328,40 @@ def test_records_of_dead_processes_are_marked_interrupted_and_named(
     assert re.search(rf"{stale}: .*\(no heartbeat for 60 min\)", err)
 
 
+def test_mongo_documents_of_dead_processes_are_marked_interrupted(tmp_path, capfd):
+    import datetime
+    import types
+
+    import mongomock
+
+    from experiments import _liveness
+
+    runs = mongomock.MongoClient()["equizoo"].runs
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+    old = now - datetime.timedelta(hours=2)
+    runs.insert_many(
+        [
+            # Its file record's folder is unlocked: the process is gone.
+            {"_id": 1, "status": "RUNNING", "heartbeat": now, "metrics": [1]},
+            # No file record here, a heartbeat of two hours ago.
+            {"_id": 2, "status": "RUNNING", "heartbeat": old},
+            # No file record here, beating now: left alone.
+            {"_id": 3, "status": "RUNNING", "heartbeat": now},
+            {"_id": 4, "status": "COMPLETED", "heartbeat": old},
+        ]
+    )
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / _liveness.LOCK).touch()
+    observer = types.SimpleNamespace(runs=runs)
+    assert _liveness.mark_dead_mongo_records(observer, (tmp_path,)) == [1, 2]
+    status = {d["_id"]: d["status"] for d in runs.find()}
+    assert status == {1: "INTERRUPTED", 2: "INTERRUPTED", 3: "RUNNING", 4: "COMPLETED"}
+    assert runs.find_one({"_id": 1})["metrics"] == [1]  # kept
+    err = capfd.readouterr().err
+    assert "MongoDB run 1: left RUNNING by a process that is gone" in err
+    assert "MongoDB run 2: left RUNNING by a process that is gone (no heartbeat" in err
+
+
 def test_the_next_run_marks_a_killed_run_in_its_folder(finished, tmp_path, capfd):
     import subprocess
     import sys
