@@ -27,7 +27,9 @@ progress line yet (`startup`), else `chunk`. It then checks:
   (`final_state.eqx`), as are its last run's metrics from its checkpoint on;
 - every record is whole JSON, none is left RUNNING (the next launch marks each
   killed one INTERRUPTED), and each killed run's metrics hold the reference's
-  up to its last complete checkpoint.
+  up to its last complete checkpoint;
+- `resume=` on every run folder left behind finds a checkpoint that verifies,
+  or says in one line that the folder has none (killed before its first).
 
 Prints one line per kill and a summary (a JSON object with `--json`). Exits 1 on
 any failure. The quick version (10 kills) runs in the test suite.
@@ -46,6 +48,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 # Small runs whose checkpoints still take a moment to write (DQN's replay). A
 # chunk (= evaluation and checkpoint interval, `EVERY` steps per seed) trains for
@@ -304,6 +307,20 @@ def soak(
             ok &= got == want[: len(got)]  # the reference's, in order
             ok &= len(got) >= sum(start < s <= reached for s, _ in pairs)
         kept += ok
+    # `resume=` on every run folder left behind: a checkpoint that verifies, or
+    # one line (a folder killed before its first checkpoint has none).
+    from experiments import _resume
+    from experiments._errors import ConfigError
+
+    resumable = refused = 0
+    for run_dir in _runs(cwd):
+        try:
+            _resume.resume_checkpoint(run_dir, quiet=True)
+            resumable += 1
+        except ConfigError as e:
+            if "\n" in str(e) or "has no checkpoint" not in str(e):
+                raise SoakError(f"resume={run_dir} is refused with: {e}") from None
+            refused += 1
     out = {
         "agent": agent,
         "kills": len(killed),
@@ -318,6 +335,8 @@ def soak(
         "records": statuses,
         "killed_runs_recorded": recorded,
         "killed_runs_with_metrics_kept": kept,
+        "folders_resumable": resumable,
+        "folders_without_checkpoint": refused,
     }
     out["ok"] = bool(
         same_state
@@ -366,8 +385,10 @@ def main(argv: list[str] | None = None) -> int:
             f"state {'identical' if r['identical_final_state'] else 'DIFFERENT'}, "
             f"metrics {'identical' if r['identical_metrics'] else 'DIFFERENT'}; "
             f"records {r['records']}; recorded killed runs with their metrics "
-            f"kept {r['killed_runs_with_metrics_kept']}/{r['killed_runs_recorded']}: "
-            + ("ok" if r["ok"] else "FAILED")
+            f"kept {r['killed_runs_with_metrics_kept']}/{r['killed_runs_recorded']}; "
+            f"resume= on every folder: {r['folders_resumable']} from a verified "
+            f"checkpoint, {r['folders_without_checkpoint']} refused (no checkpoint "
+            "yet): " + ("ok" if r["ok"] else "FAILED")
         )
     print(f"{summary['seconds']:.0f} s")
     return 0 if all(r["ok"] for r in results) else 1
