@@ -80,12 +80,15 @@ def _atomic_file_records() -> None:
     one or the new one)."""
     import json
     import os
+    import threading
 
     from sacred.observers import file_storage
 
     def save_json(self, obj, filename):
         path = os.path.join(self.dir, filename)
-        tmp = f"{path}.writing"
+        # One name per thread: the heartbeat thread and the main thread (an
+        # artifact) may both write run.json; the last rename wins, whole.
+        tmp = f"{path}.{threading.get_ident()}.writing"
         with open(tmp, "w") as f:
             flat = file_storage.flatten(obj)  # pyright: ignore[reportPrivateImportUsage]
             json.dump(flat, f, sort_keys=True, indent=2)

@@ -9,7 +9,6 @@ another kind (TensorBoard, wandb) is one more subclass.
 import abc
 import contextlib
 import datetime
-import os
 from pathlib import Path
 from typing import Any
 
@@ -148,9 +147,7 @@ class SacredSink(Sink):
                 entry = observer.run_entry
                 if isinstance(observer, FileStorageObserver) and observer.dir:
                     entry["status"], entry["stop_time"] = "INTERRUPTED", now.isoformat()
-                    observer.save_json(entry, "run.json.closing")
-                    folder = Path(observer.dir)
-                    os.replace(folder / "run.json.closing", folder / "run.json")
+                    observer.save_json(entry, "run.json")  # atomic (_sacred)
                 elif isinstance(observer, MongoObserver):
                     observer.runs.update_one(
                         {"_id": entry["_id"]},
