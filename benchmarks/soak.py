@@ -15,7 +15,8 @@ moment, in turn:
 - `startup`: a random instant of the first seconds (imports, config, compiling);
 - `chunk`: a random instant once training has reported progress;
 - `checkpoint`: as soon as a checkpoint's temporary folder appears (the write);
-- `record`: as soon as one of the record's JSON files is being replaced.
+- `record`: as soon as one of the record's JSON files is being replaced, once
+  training has reported progress (a record written at start-up is `startup`'s).
 
 Where each kill landed is read from what it left: a checkpoint's temporary
 folder (`checkpoint`), a record file's temporary copy (`record`), no record or no
@@ -182,8 +183,14 @@ def _kill_at(
                 end = now + rng.uniform(0.0, 0.5)
             if end is not None and now >= end:
                 break
-        if moment in ("checkpoint", "record") and _writing(run_dir) == moment:
+        if moment == "checkpoint" and _writing(run_dir) == moment:
             break
+        if moment == "record" and _writing(run_dir) == moment:
+            # A write while training, not the record's first (at start-up).
+            if started is None and "steps/s" in err.read_text(errors="replace"):
+                started = now
+            if started is not None:
+                break
         time.sleep(0.0005 if moment in ("checkpoint", "record") else 0.01)
     if proc.poll() is not None:
         return False
