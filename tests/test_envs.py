@@ -456,3 +456,21 @@ def test_mask_observation_refuses_bad_indices():
         envs.make("StatelessCartPole-v1", foo=1)
     masked = envs.MaskObservation(envs.make("CartPole-v1"), (3,))
     assert masked.name == "CartPole-v1[3]" and masked.observation_space.shape == (1,)
+
+
+def test_a_preset_is_its_base_env_with_set_parameters():
+    import experiments
+
+    assert "MemoryChain30-bsuite" in envs.names()
+    env = envs.make("MemoryChain30-bsuite")
+    assert env.params.memory_length == 30  # pyright: ignore[reportAttributeAccessIssue]
+    base = envs.make("MemoryChain-bsuite", memory_length=30)
+    assert env.params == base.params  # pyright: ignore[reportAttributeAccessIssue]
+    # Parameters given update the preset's; unknown ones are named.
+    shorter = envs.make("MemoryChain30-bsuite", memory_length=7)
+    assert shorter.params.memory_length == 7  # pyright: ignore[reportAttributeAccessIssue]
+    with pytest.raises(ValueError, match="foo"):
+        envs.make("MemoryChain30-bsuite", foo=1)
+    # The CLI's tuned block for the preset trains on it.
+    tuned = experiments.tuned("ppo", "MemoryChain30-bsuite")
+    assert tuned.make_env().params.memory_length == 30  # pyright: ignore[reportAttributeAccessIssue]
