@@ -316,13 +316,13 @@ def soak(
         kept += ok
     # `resume=` on every run folder left behind: a checkpoint that verifies, or
     # one line (a folder killed before its first checkpoint has none).
-    from experiments import _resume
-    from experiments._errors import ConfigError
+    import experiments
+    from experiments.run import ConfigError
 
     resumable = refused = 0
     for run_dir in _runs(cwd):
         try:
-            _resume.resume_checkpoint(run_dir, quiet=True)
+            experiments.resume_checkpoint(run_dir, quiet=True)
             resumable += 1
         except ConfigError as e:
             if "\n" in str(e) or "has no checkpoint" not in str(e):

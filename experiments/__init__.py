@@ -19,6 +19,7 @@ from experiments._load import load_run as load_run, load_state as load_state
 from experiments._tuned import Tuned as Tuned, pairs as pairs, tuned as tuned
 
 if _typing.TYPE_CHECKING:
+    from experiments._resume import resume_checkpoint as resume_checkpoint
     from experiments._sink import NullSink as NullSink, Sink as Sink
     from experiments._spec import RunSpec as RunSpec
     from experiments._training import Outcome as Outcome, train as train
@@ -30,6 +31,7 @@ _LAZY = {
     "Outcome": "experiments._training",
     "Sink": "experiments._sink",
     "NullSink": "experiments._sink",
+    "resume_checkpoint": "experiments._resume",
 }
 
 
