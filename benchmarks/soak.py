@@ -12,7 +12,8 @@ then again in `soak/`, killing the process with SIGKILL and continuing it
 no checkpoint was written yet) until a run completes. Each kill aims at one
 moment, in turn:
 
-- `startup`: a random instant of the first seconds (imports, config, compiling);
+- `startup`: a random instant of the first seconds (imports, config, compiling),
+  at the latest when training first reports progress;
 - `chunk`: a random instant once training has reported progress;
 - `checkpoint`: as soon as a checkpoint's temporary folder appears (the write);
 - `record`: as soon as one of the record's JSON files is being replaced, once
@@ -83,10 +84,11 @@ EVERY = {"dqn": 16000, "ppo": 16384}
 
 
 def config(agent: str, kills: int) -> list[str]:
-    """`agent`'s soak run for `kills` kills: about one and a half chunks per
-    kill and a few more (a kill costs the run at most a chunk or two)."""
+    """`agent`'s soak run for `kills` kills: three chunks per kill and a few
+    more (a kill lets the run train a chunk or two), so that no kill lands
+    after the run's last checkpoint."""
     every = EVERY[agent]
-    total = every * (3 * kills // 2 + 4)
+    total = every * (3 * kills + 4)
     return [
         *CONFIGS[agent],
         f"total_steps={total}",
@@ -177,6 +179,8 @@ def _kill_at(
         run_dir = new[-1] if new else None
         if moment == "startup" and end is not None and now >= end:
             break
+        if moment == "startup" and "steps/s" in err.read_text(errors="replace"):
+            break  # start-up is over: kill now, before training gets further
         if moment == "chunk":
             if started is None and "steps/s" in err.read_text(errors="replace"):
                 started = now
@@ -244,7 +248,7 @@ def soak(
     cwd = workdir / "soak"
     landed: dict[str, int] = dict.fromkeys(MOMENTS, 0)
     aimed: dict[str, int] = dict.fromkeys(MOMENTS, 0)
-    killed, launches, fresh, missed = [], 0, 0, 0
+    killed, launches, fresh = [], 0, 0
     done = None
     while done is None:
         source = _newest_with_checkpoint(cwd)
@@ -269,7 +273,6 @@ def soak(
                     f"in {where} ({'from ' + source.name if source else 'fresh'})"
                 )
                 continue
-            missed += 1
         code = proc.wait(timeout=TIMEOUT_S)
         if code == 0 and len(killed) < kills:
             raise SoakError(
@@ -336,7 +339,6 @@ def soak(
         "launches": launches,
         "fresh_starts": fresh,
         "resumes": launches - fresh,
-        "completed_before_kill": missed,
         "identical_final_state": same_state,
         "identical_metrics": same_metrics,
         "records": statuses,
