@@ -37,7 +37,9 @@ class Recorder:
     def __call__(self, report: Any) -> None:
         step = report.env_steps
         log = self.log
-        if log is not None and report.chunk > 0:  # chunk 0: before training
+        # Chunk 0 (before training) and a finished run's final evaluation (empty
+        # `train`) trained nothing.
+        if log is not None and report.chunk > 0 and report.train:
             for name, value in report.train.items():
                 # NaN marks "no episode ended in this chunk": leave a gap.
                 if math.isfinite(value):
@@ -169,7 +171,7 @@ class SweepRecorder:
     def __call__(self, report: Any) -> None:
         self.recorder(report)
         log, step, n = self.log, report.env_steps, self.num_seeds
-        if log is not None and report.chunk > 0:
+        if log is not None and report.chunk > 0 and report.train:
             log("perf.steps_per_s", float(report.steps_per_s), step)
         # A program without float hyperparameters is one member, run as a plain
         # run: its `train` is that member's.

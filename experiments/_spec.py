@@ -17,6 +17,7 @@ from typing import Any
 
 from experiments import _config, _resume, configs, jax_setup
 from experiments._errors import ConfigError
+from experiments._folder import RunFolder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -558,8 +559,16 @@ def check_resume(config: Mapping[str, Any], keys: tuple[Key, ...] = KEYS) -> Non
             f"total_steps: {total!r} is below the {original['total_steps']} of "
             f"{where}; a resumed run trains to at least its original's total"
         )
-    if type(total) is int and done >= max(total, planned):
+    # A run that trained its total but did not complete (killed after its last
+    # checkpoint, or its artifacts could not be written) is finished instead:
+    # its final evaluation, checkpoint and artifacts, nothing trained.
+    status = RunFolder(config["resume"]).record() or {}
+    if (
+        type(total) is int
+        and done >= max(total, planned)
+        and status.get("status") == "COMPLETED"
+    ):
         raise ConfigError(
-            f"resume: {where} already reached total_steps={total} ({done} env "
+            f"resume: {where} completed its total_steps={total} ({done} env "
             f"steps in {str(latest)!r}); give a larger total_steps to continue it"
         )

@@ -307,6 +307,11 @@ def _plain_job(
     )
     header = _header(sink, spec, plan, spec.num_envs * agent.num_steps)
     verb = f"Resuming {spec.resume} at {state.env_steps[0]:,} steps:" if state else ""
+    if state is not None and int(state.env_steps[0]) >= header["total_steps"]:
+        verb = (
+            f"Finishing {spec.resume}: it trained all its {header['total_steps']:,} "
+            "steps, so only its final evaluation, checkpoint and artifacts:"
+        )
     announce = (
         f"Compiling {spec.agent} on {spec.env}: {spec.num_seeds} seed(s) x "
         f"{spec.num_envs} envs, {header['total_steps']:,} steps each ... {verb}"

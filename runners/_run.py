@@ -156,6 +156,10 @@ def run(
       `eval_episodes`).
     - `state`: a `TrainState` (with seed axis) to continue from instead of a fresh
       one, e.g. from a checkpoint. It must sit on a chunk boundary of the plan.
+      A state at the end of its plan (its run was killed after its last
+      checkpoint) trains nothing: it gets the final evaluation it missed, with
+      the keys its last chunk used, and is reported and checkpointed as that
+      chunk (with empty `train` metrics).
     - `chunks`: the plan `(num_chunks, iterations_per_chunk)` instead of
       `plan(agent, num_envs, total_steps, eval_every)`. A resumed run passes its
       original's (`RunResult.chunks`), so that its chunks, evaluations and
@@ -263,6 +267,8 @@ def run(
     )
     if eval_at_start and start_iter == 0:
         loop.start(carry)
+    if start_iter == num_chunks * chunk_iters:
+        loop.finish(carry)
     for chunk in range(start_iter // chunk_iters, num_chunks):
         carry = loop.step(carry, chunk)
         if loop.stopped:
@@ -290,7 +296,7 @@ def _check_state(
     chunks: tuple[int, int],
 ) -> int:
     """The iteration a given state starts at (0 for none), checked to fit the
-    runs and to sit on a chunk boundary with chunks left."""
+    runs and to sit on a chunk boundary of the plan (at its end at the latest)."""
     num_chunks, chunk_iters = chunks
     if state is not None:
         runs = placement.num_runs
@@ -315,9 +321,9 @@ def _check_state(
             f"state is at iteration {start_iter}, not on a boundary of chunks of "
             f"{chunk_iters} iterations: pass the plan it was trained with (chunks=)"
         )
-    if start_iter >= num_chunks * chunk_iters:
+    if start_iter > num_chunks * chunk_iters:
         raise ValueError(
-            f"state is at iteration {start_iter}: nothing left of a plan of "
+            f"state is at iteration {start_iter}: past the end of a plan of "
             f"{num_chunks} chunks x {chunk_iters} iterations"
         )
     return start_iter
@@ -452,6 +458,35 @@ class _Loop:
         if self.callback is not None:
             self.callback(report)
         self.t_train = time.perf_counter()  # steps_per_s counts training only
+
+    def finish(self, carry: TrainState) -> None:
+        """A state that trained its whole plan: the final evaluation, with the keys
+        of the last chunk's, reported (empty `train` metrics) and checkpointed as
+        that chunk, so that a run killed after its last checkpoint ends as it
+        would have."""
+        num_chunks = self.chunks[0]
+        returns, per_agent = self.greedy(
+            carry.agent_state, self.final_eval_episodes, num_chunks - 1
+        )
+        self.final_returns = np.asarray(returns)
+        self.final_agent_returns = per_agent
+        num_runs = self.placement.num_runs
+        report = Report(
+            env_steps=self.steps,
+            total_steps=self.total,
+            chunk=num_chunks,
+            num_chunks=num_chunks,
+            wall_s=time.perf_counter() - self.t0,
+            steps_per_s=0.0,
+            train={},
+            eval_returns=[float(r) for r in returns.mean(axis=1)],
+            train_runs=None if self.sweep is None else [{} for _ in range(num_runs)],
+            eval_agent_returns=_seed_means(per_agent),
+        )
+        self.reports.append(report)
+        if self.callback is not None:
+            self.callback(report)
+        self._stop_and_checkpoint(carry, report, self.steps, last=True)
 
     def step(self, carry: TrainState, chunk: int) -> TrainState:
         """Run chunk `chunk`; check, evaluate, report, checkpoint, ask to stop."""

@@ -147,7 +147,7 @@ CASES = [
         "total_steps: ",
         "below the 1000",
     ),
-    ("resume-finished-run", ["resume={run}"], "resume: ", "already reached"),
+    ("resume-finished-run", ["resume={run}"], "resume: ", "completed its total_steps"),
 ]
 
 # One case of each kind through a real process: a name, a hyperparameter, a

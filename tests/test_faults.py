@@ -239,6 +239,56 @@ def test_a_checkpoint_that_cannot_be_written_stops_the_run_in_one_line(
     ).read_bytes()
 
 
+def test_a_run_that_trained_all_its_steps_but_did_not_complete_is_finished(
+    finished, tmp_path, monkeypatch
+):
+    """Its artifacts could not be written (a full disk after the last checkpoint;
+    a SIGKILL there leaves the same folder): resume= trains nothing and writes
+    what the run would have, with the same final evaluation."""
+    from experiments import _record
+    from experiments.run import ConfigError, TrainingError, ex
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "eval_returns.json")
+
+    monkeypatch.setattr(_record, "write_json", full)
+    with pytest.raises(TrainingError) as info:
+        _run(tmp_path)
+    message = str(info.value)
+    root = tmp_path / "1" / "checkpoints"
+    assert "\n" not in message
+    assert message.startswith("could not write the run's artifacts (No space left")
+    assert f"the last complete checkpoint is {root / '3000'}" in message
+    assert _json(tmp_path / "1" / "run.json")["status"] == "FAILED"
+    assert not (tmp_path / "1" / "final_state.eqx").exists()
+
+    monkeypatch.undo()
+    run = ex.run(
+        config_updates={"resume": str(tmp_path / "1"), "progress": False},
+        options={"--file_storage": str(tmp_path)},
+    )
+    assert run.status == "COMPLETED"
+    done = tmp_path / "2"
+    assert _json(done / "info.json")["resumed_from"]["env_steps"] == 3000
+    for name in ("final_state.eqx", "final_state.json", "learning_curve.png"):
+        assert (done / name).exists()
+    assert (done / "final_state.eqx").read_bytes() == (
+        finished / "final_state.eqx"
+    ).read_bytes()
+    # The final evaluation it missed, with the keys of the original's last chunk.
+    assert _json(done / "eval_returns.json") == _json(finished / "eval_returns.json")
+    metrics = _json(done / "metrics.json")
+    assert metrics["eval.return_mean"]["steps"] == [3000]
+    assert "perf.steps_per_s" not in metrics  # nothing trained
+    runners.verify_checkpoint(done / "checkpoints" / "3000")
+    # A completed run is not finished twice.
+    with pytest.raises(ConfigError, match="completed its total_steps=3000"):
+        ex.run(
+            config_updates={"resume": str(done), "progress": False},
+            options={"--file_storage": str(tmp_path)},
+        )
+
+
 def test_a_record_that_cannot_be_written_stops_the_run_in_one_line(
     tmp_path, monkeypatch
 ):
@@ -356,7 +406,8 @@ def test_mongo_documents_of_dead_processes_are_marked_interrupted(tmp_path, capf
     assert _liveness.mark_dead_mongo_records(observer, (tmp_path,)) == [1, 2]
     status = {d["_id"]: d["status"] for d in runs.find()}
     assert status == {1: "INTERRUPTED", 2: "INTERRUPTED", 3: "RUNNING", 4: "COMPLETED"}
-    assert runs.find_one({"_id": 1})["metrics"] == [1]  # kept
+    first = runs.find_one({"_id": 1})
+    assert first is not None and first["metrics"] == [1]  # kept
     err = capfd.readouterr().err
     assert "MongoDB run 1: left RUNNING by a process that is gone" in err
     assert "MongoDB run 2: left RUNNING by a process that is gone (no heartbeat" in err
