@@ -441,22 +441,7 @@ class _Loop:
         """The untrained agent's evaluation, reported as chunk 0 at env step 0."""
         # Keys of their own: the chunks' evaluations fold in the chunk index.
         returns, per_agent = self.greedy(carry.agent_state, self.eval_episodes, _START)
-        num_runs = self.placement.num_runs
-        report = Report(
-            env_steps=0,
-            total_steps=self.total,
-            chunk=0,
-            num_chunks=self.chunks[0],
-            wall_s=time.perf_counter() - self.t0,
-            steps_per_s=0.0,
-            train={},
-            eval_returns=[float(r) for r in returns.mean(axis=1)],
-            train_runs=None if self.sweep is None else [{} for _ in range(num_runs)],
-            eval_agent_returns=_seed_means(per_agent),
-        )
-        self.reports.append(report)
-        if self.callback is not None:
-            self.callback(report)
+        self._report_untrained(0, 0, returns, per_agent)
         self.t_train = time.perf_counter()  # steps_per_s counts training only
 
     def finish(self, carry: TrainState) -> None:
@@ -470,12 +455,23 @@ class _Loop:
         )
         self.final_returns = np.asarray(returns)
         self.final_agent_returns = per_agent
+        report = self._report_untrained(self.steps, num_chunks, returns, per_agent)
+        self._stop_and_checkpoint(carry, report, self.steps, last=True)
+
+    def _report_untrained(
+        self,
+        env_steps: int,
+        chunk: int,
+        returns: np.ndarray,
+        per_agent: dict[str, np.ndarray] | None,
+    ) -> Report:
+        """Report an evaluation with nothing trained since (empty `train`)."""
         num_runs = self.placement.num_runs
         report = Report(
-            env_steps=self.steps,
+            env_steps=env_steps,
             total_steps=self.total,
-            chunk=num_chunks,
-            num_chunks=num_chunks,
+            chunk=chunk,
+            num_chunks=self.chunks[0],
             wall_s=time.perf_counter() - self.t0,
             steps_per_s=0.0,
             train={},
@@ -486,7 +482,7 @@ class _Loop:
         self.reports.append(report)
         if self.callback is not None:
             self.callback(report)
-        self._stop_and_checkpoint(carry, report, self.steps, last=True)
+        return report
 
     def step(self, carry: TrainState, chunk: int) -> TrainState:
         """Run chunk `chunk`; check, evaluate, report, checkpoint, ask to stop."""
