@@ -45,3 +45,4 @@ from ._wrappers import (
     StickyActions as StickyActions,
     StickyActionsState as StickyActionsState,
 )
+from ._xminigrid import XMiniGridEnv as XMiniGridEnv

@@ -69,10 +69,12 @@ def _build(factory: Callable[..., Any], name: str, env_params: dict[str, Any]) -
 
 
 def names() -> list[str]:
-    """All names `make` accepts: native, gymnax and probe environments, and the
-    multi-agent ones (JaxMARL's with the `marl` extra)."""
+    """All names `make` accepts: native, gymnax and probe environments, the
+    multi-agent ones (JaxMARL's with the `marl` extra) and XLand-MiniGrid's
+    (`xminigrid/...`, with the `xminigrid` extra)."""
     from ._gymnax import gymnax_names
     from ._multi_agent import jaxmarl_names
+    from ._xminigrid import xminigrid_names
 
     return sorted(
         set(NATIVE)
@@ -82,6 +84,7 @@ def names() -> list[str]:
         | set(PROBES)
         | set(MULTI_AGENT)
         | set(jaxmarl_names())
+        | set(xminigrid_names())
     )
 
 
@@ -146,7 +149,9 @@ def make(name: str, **env_params: Any) -> AbstractEnv:
     - `name`: e.g. `"CartPole-v1"`, `"Breakout-MinAtar"`, `"probe/TwoStepDiscount"`,
       `"StatelessCartPole-v1"` (partially observable: velocities hidden);
       `"MemoryChain30-bsuite"` (`"MemoryChain-bsuite"` with `memory_length=30`);
-      `"gymnax/<name>"` forces gymnax's own implementation.
+      `"gymnax/<name>"` forces gymnax's own implementation;
+      `"xminigrid/MiniGrid-MemoryS8"`: XLand-MiniGrid's MiniGrid tasks
+      (`pip install -e '.[xminigrid]'`).
     - `**env_params`: environment parameters, e.g. `max_steps_in_episode=200`;
       and `sticky_prob`, for any env: wrap it in `StickyActions(env, sticky_prob)`
       (MinAtar's sticky actions; 0 leaves the env unwrapped).
@@ -176,6 +181,10 @@ def make(name: str, **env_params: Any) -> AbstractEnv:
     factory = NATIVE.get(name) or PROBES.get(name)
     if factory is not None:
         return _build(factory, name, env_params)
+    if name.startswith("xminigrid/"):
+        from ._xminigrid import PREFIX, XMiniGridEnv
+
+        return XMiniGridEnv(name.removeprefix(PREFIX), **env_params)
     from ._gymnax import NEEDS_DOWNLOAD, GymnaxEnv, gymnax_names
 
     gymnax_id = name.removeprefix("gymnax/")

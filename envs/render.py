@@ -16,6 +16,7 @@ from PIL import Image, ImageDraw
 
 from ._env import AbstractEnv, AbstractWrapper
 from ._gymnax import GymnaxEnv
+from ._xminigrid import PREFIX as XMINIGRID_PREFIX, XMiniGridEnv
 
 _CLASSIC = (
     "Acrobot-v1",
@@ -66,7 +67,7 @@ def renderable(env: AbstractEnv | str) -> bool:
     """Whether `render` draws states of `env` (an env, possibly wrapped, or a
     name such as `"CartPole-v1"`)."""
     name = env if isinstance(env, str) else _unwrap_env(env).name
-    return name in RENDERABLE
+    return name in RENDERABLE or name.startswith(XMINIGRID_PREFIX)
 
 
 def render(env: AbstractEnv, state: Any) -> Frame:
@@ -74,19 +75,23 @@ def render(env: AbstractEnv, state: Any) -> Frame:
 
     **Arguments:**
 
-    - `env`: one of the envs in `RENDERABLE`, possibly wrapped (wrappers are looked
+    - `env`: one of the envs in `RENDERABLE` or an XLand-MiniGrid task, possibly
+      wrapped (wrappers are looked
       through, down to the base env and its state).
     - `state`: one env's state, as `env.reset` or `env.step` returns it (jax or
       NumPy leaves), without a batch axis.
 
     **Returns:** a `[height, width, 3]` `uint8` array: 600x400 for CartPole and
     MountainCar, 500x500 for Pendulum and Acrobot, 16 pixels per cell (160x160)
-    for MinAtar.
+    for MinAtar; XLand-MiniGrid's own drawing (32 pixels per cell, the agent's
+    view shaded) for its tasks.
 
     **Raises:** `RenderError` for an env without a renderer; `ValueError` for a
     batched state or a state of another env.
     """
     base = _unwrap_env(env)
+    if isinstance(base, XMiniGridEnv):
+        return _xminigrid(base, _unwrap_state(env, state))
     if base.name not in RENDERABLE:
         raise RenderError(
             f"{base.name} has no renderer; envs that render: {', '.join(RENDERABLE)}"
@@ -300,3 +305,18 @@ def _minatar(env: GymnaxEnv, state: Any) -> Frame:
     image[::CELL] = _GRID
     image[:, ::CELL] = _GRID
     return image
+
+
+def _xminigrid(env: XMiniGridEnv, timestep: Any) -> Frame:
+    step_num = getattr(getattr(timestep, "state", None), "step_num", None)
+    if step_num is None:
+        raise ValueError(f"{type(timestep).__name__} is not a state of {env.name}")
+    if np.ndim(step_num) != 0:
+        raise ValueError(
+            f"render draws one env's state, got a batch (step_num has shape "
+            f"{list(np.shape(step_num))}); pass one env's state, e.g. "
+            "`jax.tree.map(lambda x: x[i], state)`"
+        )
+    timestep = jax.tree.map(np.asarray, timestep)
+    frame = env.env.render(env.params.replace(render_mode="rgb_array"), timestep)
+    return np.asarray(frame, dtype=np.uint8)

@@ -474,3 +474,100 @@ def test_a_preset_is_its_base_env_with_set_parameters():
     # The CLI's tuned block for the preset trains on it.
     tuned = experiments.tuned("ppo", "MemoryChain30-bsuite")
     assert tuned.make_env().params.memory_length == 30  # pyright: ignore[reportAttributeAccessIssue]
+
+
+MEMORY_S8 = "xminigrid/MiniGrid-MemoryS8"
+
+
+def test_xminigrid_tasks_are_offered_under_their_prefix():
+    names = envs.names()
+    assert MEMORY_S8 in names and "xminigrid/MiniGrid-DoorKey-5x5" in names
+    # The meta-RL tasks sample rulesets from downloaded benchmarks: not offered.
+    assert not [n for n in names if n.startswith("xminigrid/XLand")]
+    env = envs.make(MEMORY_S8)
+    assert env.name == MEMORY_S8
+    assert env.observation_space.shape == (3, 3, 25)  # view 3x3, 13 tiles + 12 colours
+    assert env.action_space == envs.Discrete(6)
+
+
+def test_xminigrid_adapter_matches_xminigrid(getkey):
+    """The adapter's transitions are XLand-MiniGrid's: its observation one-hot
+    encoded, its reward, and its end of episode split into termination (at an
+    object or the goal, discount 0) and truncation (at max_steps)."""
+    from xminigrid.registration import make
+
+    env = envs.make(MEMORY_S8, max_steps=12)
+    raw, params = make("MiniGrid-MemoryS8", max_steps=12)
+    raw_reset, raw_step = jax.jit(raw.reset), jax.jit(raw.step)
+    key = getkey()
+    obs, state = env.reset(key)
+    timestep = raw_reset(params, key)
+    tiles, colors = obs[..., :13], obs[..., 13:]
+    np.testing.assert_array_equal(tiles.sum(-1), 1)
+    np.testing.assert_array_equal(colors.sum(-1), 1)
+    np.testing.assert_array_equal(tiles.argmax(-1), timestep.observation[..., 0])
+    np.testing.assert_array_equal(colors.argmax(-1), timestep.observation[..., 1])
+    # Random actions over several episodes (max_steps 12 ends some of them).
+    step_env = jax.jit(env.step_env)
+    ends = 0
+    for _ in range(40):
+        action = jr.randint(getkey(), (), 0, 6)
+        obs, state, reward, terminated, truncated, _ = step_env(getkey(), state, action)
+        timestep = raw_step(params, timestep, action)
+        seen = timestep.observation[..., 0]
+        np.testing.assert_array_equal(obs[..., :13].argmax(-1), seen)
+        assert float(reward) == float(timestep.reward)
+        assert bool(terminated) == bool(timestep.last() & (timestep.discount == 0))
+        assert bool(truncated) == bool(timestep.last() & (timestep.discount == 1))
+        at_limit = int(timestep.state.step_num) == 12
+        assert bool(truncated) == (at_limit and not terminated)
+        if terminated or truncated:
+            ends += 1
+            obs, state = env.reset(key := getkey())
+            timestep = raw_reset(params, key)
+    assert ends >= 2
+
+
+def test_xminigrid_episodes_end_in_termination_or_truncation(getkey):
+    """Random play in many envs with auto-reset: episodes end at an object
+    (terminated, a reward only there) or at max_steps (truncated, never longer)."""
+    env = envs.make(MEMORY_S8, max_steps=20)
+    n = 64
+    obs, state = jax.vmap(env.reset)(jr.split(getkey(), n))
+
+    def body(carry, key):
+        state, length = carry
+        k_act, k_step = jr.split(key)
+        action = jr.randint(k_act, (n,), 0, 6)
+        _, state, reward, terminated, truncated, _ = jax.vmap(env.step)(
+            jr.split(k_step, n), state, action
+        )
+        length = length + 1
+        out = (reward, terminated, truncated, length)
+        return (state, jnp.where(terminated | truncated, 0, length)), out
+
+    _, (reward, terminated, truncated, length) = jax.lax.scan(
+        body, (state, jnp.zeros(n, jnp.int32)), jr.split(getkey(), 60)
+    )
+    reward, terminated, truncated = map(np.asarray, (reward, terminated, truncated))
+    assert terminated.any() and truncated.any()
+    assert not (terminated & truncated).any()
+    assert (reward[~terminated] == 0).all()
+    np.testing.assert_array_equal(np.asarray(length)[truncated], 20)
+    assert (np.asarray(length) <= 20).all()
+
+
+def test_xminigrid_bad_input_is_named(monkeypatch):
+    unknown = r"unknown XLand-MiniGrid task 'MiniGrid-Nope'.*MemoryS8"
+    with pytest.raises(ValueError, match=unknown):
+        envs.make("xminigrid/MiniGrid-Nope")
+    with pytest.raises(ValueError, match=r"parameter\(s\) \['foo'\].*view_size"):
+        envs.make(MEMORY_S8, foo=1)
+    with pytest.raises(ValueError, match="view_size must be a positive odd number"):
+        envs.make(MEMORY_S8, view_size=4)
+    import envs._xminigrid as xm
+
+    monkeypatch.setattr(xm, "installed", lambda: False)
+    hint = r"xminigrid extra: pip install -e '.\[xminigrid\]'"
+    with pytest.raises(ValueError, match=hint):
+        envs.make(MEMORY_S8)

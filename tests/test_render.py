@@ -216,3 +216,20 @@ def test_record_checks_before_compiling(ppo_cartpole, tmp_path):
         record_episodes(agent, state, probe, key=jr.PRNGKey(0))
     with pytest.raises(ValueError, match="no frames"):
         write_video([], tmp_path / "empty")
+
+
+def test_render_xminigrid(getkey):
+    """XLand-MiniGrid's tasks render with its own drawing, through wrappers; a
+    turn moves what is drawn, and a batch is refused."""
+    name = "xminigrid/MiniGrid-MemoryS8"
+    env = envs.EpisodeStatistics(envs.make(name))
+    assert renderable(env) and renderable(name)
+    _, state = env.reset(getkey())
+    frame = render(env, state)
+    assert frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[-1] == 3
+    assert len(np.unique(frame.reshape(-1, 3), axis=0)) >= 3
+    _, turned, *_ = env.step(getkey(), state, 2)  # turn left
+    assert not np.array_equal(render(env, turned), frame)
+    batch = jax.vmap(env.reset)(jr.split(getkey(), 2))[1]
+    with pytest.raises(ValueError, match="got a batch"):
+        render(env, batch)
