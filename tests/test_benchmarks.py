@@ -239,6 +239,17 @@ def test_held_out_summary_counts_seeds_at_the_target():
     # With 4 seeds every one must reach it.
     assert table.held_out_summary([30.0, 30.0, 30.0, 20.0], 21.0)["passed"] is False
     assert "target" not in table.held_out_summary([1.0, 2.0], None)
+    # A target on the mean: the seeds' mean decides, not how many reach it.
+    x = [-200.0] * 23 + [-400.0]
+    on_mean = table.held_out_summary(x, -250.0, on_mean=True)
+    assert on_mean["mean"] == pytest.approx(-208.333, abs=1e-3)
+    assert on_mean["passed"] is True and on_mean["on"] == "mean"
+    low = table.held_out_summary([-240.0] * 12 + [-270.0] * 12, -250.0, on_mean=True)
+    assert low["passed"] is False and low["at_target"] == 12
+    assert "| mean -208.3 of 24 ≥ -250 |" in table._held_out_cells(
+        {"held_out": on_mean}
+    )
+    assert "≥ -250 ✗" in table._held_out_cells({"held_out": low})
 
 
 def test_targets_cover_every_tuned_single_agent_pair_and_variant():
@@ -249,7 +260,8 @@ def test_targets_cover_every_tuned_single_agent_pair_and_variant():
             continue  # memoryless baselines are reported, not held to a target
         target = table.seed_target(agent, env, variant)
         assert target is not None, (agent, env, variant)
-        assert isinstance(target["seed"], int | float) and target["source"]
+        value = target.get("seed", target.get("mean"))
+        assert isinstance(value, int | float) and target["source"]
     assert table.seed_target("ddpg", "Pendulum-v1")["seed"] == -300
     assert table.seed_target("sac", "Pendulum-v1")["seed"] == -250
 
