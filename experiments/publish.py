@@ -50,6 +50,7 @@ TARGETS: dict[str, tuple[float, str]] = {
     "MemoryChain30-bsuite": (0.8, "every seed >= 0.8 (issue 30), memory_length 30"),
     "StatelessCartPole-v1": (475.0, "CartPole's reward_threshold, without velocities"),
     "StatelessPendulum-v1": (-250.0, "issue 30: mean >= -250, without velocity"),
+    "xminigrid/MiniGrid-DoorKey-5x5": (0.9, "the goal within 27 of its 250 steps"),
     "Acrobot-v1": (-100.0, "Gymnasium's reward_threshold"),
     "MountainCar-v0": (-110.0, "Gymnasium's reward_threshold"),
     "MountainCarContinuous-v0": (90.0, "Gymnasium's reward_threshold"),
