@@ -97,15 +97,7 @@ def render(env: AbstractEnv, state: Any) -> Frame:
             f"{base.name} has no renderer; envs that render: {', '.join(RENDERABLE)}"
         )
     state = _unwrap_state(env, state)
-    time = getattr(state, "time", None)
-    if time is None:
-        raise ValueError(f"{type(state).__name__} is not a state of {base.name}")
-    if np.ndim(time) != 0:
-        raise ValueError(
-            f"render draws one env's state, got a batch (time has shape "
-            f"{list(np.shape(time))}); pass one env's state, e.g. "
-            "`jax.tree.map(lambda x: x[i], state)`"
-        )
+    _check_one_state(base, state, getattr(state, "time", None), "time")
     if base.name in _MINATAR:
         assert isinstance(base, GymnaxEnv)  # only gymnax has MinAtar
         return _minatar(base, state)
@@ -307,16 +299,22 @@ def _minatar(env: GymnaxEnv, state: Any) -> Frame:
     return image
 
 
-def _xminigrid(env: XMiniGridEnv, timestep: Any) -> Frame:
-    step_num = getattr(getattr(timestep, "state", None), "step_num", None)
-    if step_num is None:
-        raise ValueError(f"{type(timestep).__name__} is not a state of {env.name}")
-    if np.ndim(step_num) != 0:
+def _check_one_state(env: AbstractEnv, state: Any, clock: Any, field: str) -> None:
+    """Refuse what is not one state of `env`: no step counter `clock` (its
+    `field`), or a batch of them."""
+    if clock is None:
+        raise ValueError(f"{type(state).__name__} is not a state of {env.name}")
+    if np.ndim(clock) != 0:
         raise ValueError(
-            f"render draws one env's state, got a batch (step_num has shape "
-            f"{list(np.shape(step_num))}); pass one env's state, e.g. "
+            f"render draws one env's state, got a batch ({field} has shape "
+            f"{list(np.shape(clock))}); pass one env's state, e.g. "
             "`jax.tree.map(lambda x: x[i], state)`"
         )
+
+
+def _xminigrid(env: XMiniGridEnv, timestep: Any) -> Frame:
+    step_num = getattr(getattr(timestep, "state", None), "step_num", None)
+    _check_one_state(env, timestep, step_num, "step_num")
     timestep = jax.tree.map(np.asarray, timestep)
     frame = env.env.render(env.params.replace(render_mode="rgb_array"), timestep)
     return np.asarray(frame, dtype=np.uint8)
