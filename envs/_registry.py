@@ -16,6 +16,7 @@ from ._probes import (
     TwoStepDiscount,
 )
 from ._wrappers import MaskObservation, StickyActions
+from ._xminigrid import PREFIX as XMINIGRID_PREFIX, XMiniGridEnv, xminigrid_names
 
 # Native implementations win over gymnax's for the same name: same dynamics,
 # without gymnax's import cost.
@@ -74,7 +75,6 @@ def names() -> list[str]:
     (`xminigrid/...`, with the `xminigrid` extra)."""
     from ._gymnax import gymnax_names
     from ._multi_agent import jaxmarl_names
-    from ._xminigrid import xminigrid_names
 
     return sorted(
         set(NATIVE)
@@ -181,10 +181,8 @@ def make(name: str, **env_params: Any) -> AbstractEnv:
     factory = NATIVE.get(name) or PROBES.get(name)
     if factory is not None:
         return _build(factory, name, env_params)
-    if name.startswith("xminigrid/"):
-        from ._xminigrid import PREFIX, XMiniGridEnv
-
-        return XMiniGridEnv(name.removeprefix(PREFIX), **env_params)
+    if name.startswith(XMINIGRID_PREFIX):
+        return XMiniGridEnv(name.removeprefix(XMINIGRID_PREFIX), **env_params)
     from ._gymnax import NEEDS_DOWNLOAD, GymnaxEnv, gymnax_names
 
     gymnax_id = name.removeprefix("gymnax/")

@@ -76,8 +76,8 @@ def render(env: AbstractEnv, state: Any) -> Frame:
     **Arguments:**
 
     - `env`: one of the envs in `RENDERABLE` or an XLand-MiniGrid task, possibly
-      wrapped (wrappers are looked
-      through, down to the base env and its state).
+      wrapped (wrappers are looked through, down to the base env and its
+      state).
     - `state`: one env's state, as `env.reset` or `env.step` returns it (jax or
       NumPy leaves), without a batch axis.
 
