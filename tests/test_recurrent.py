@@ -157,21 +157,66 @@ def test_recurrent_networks_use_equinox_cells(torso):
     assert set(extras) == {"log_prob", "value", "carry", "next_carry"}
 
 
+@pytest.mark.parametrize("torso", ["gru", "lstm", "mlp"])
+def test_a_shared_torso_is_one_network_trained_by_both_heads(torso):
+    """`shared_torso`: the critic is a head on the actor torso's features, the
+    carry has one cell's part, and the value loss moves the shared torso."""
+    agent = zoo.make("ppo", torso=torso, shared_torso=True, **TINY)
+    state = agent.init(
+        CHAIN.observation_space,
+        CHAIN.action_space,
+        key=jr.PRNGKey(0),
+        num_envs=2,
+        total_steps=64,
+    )
+    assert state.critic.torso is None
+    assert state.critic.head.in_features == state.actor.torso.out_size
+    obs, _ = CHAIN.reset(jr.PRNGKey(1))
+    if torso == "mlp":
+        assert agent.initial_carry() == ()
+        _, extras = agent.act(state, obs, key=jr.PRNGKey(2))
+        features = state.actor.torso(obs)
+    else:
+        carry = agent.initial_carry()
+        assert jax.tree.leaves(carry[0]) and carry[1] == ()
+        _, extras, after = agent.act_step(state, carry, obs, key=jr.PRNGKey(2))
+        assert jax.tree.structure(after) == jax.tree.structure(carry)
+        features, _ = state.actor.torso.step(carry[0], obs)
+    np.testing.assert_allclose(extras["value"], state.critic.from_features(features))
+    with pytest.raises(TypeError, match="shares the actor's torso"):
+        state.critic(obs)
+
+    def value_loss(actor):
+        if torso == "mlp":
+            return state.critic.from_features(actor.torso(obs)) ** 2
+        x, _ = actor.torso.step(agent.initial_carry()[0], obs)
+        return state.critic.from_features(x) ** 2
+
+    grads = eqx.filter_grad(value_loss)(state.actor)
+    assert any(bool(jnp.any(g != 0)) for g in jax.tree.leaves(grads.torso))
+
+
 @pytest.fixture(scope="module")
 def memory_runs():
-    """Recurrent and memoryless PPO on MemoryChain, same budget, 4 seeds."""
+    """Recurrent (one GRU each for actor and critic, and one shared) and
+    memoryless PPO on MemoryChain, same budget, 4 seeds."""
     out = {}
-    for torso in ("gru", "mlp"):
+    for name, torso, shared in (
+        ("gru", "gru", False),
+        ("shared", "gru", True),
+        ("mlp", "mlp", False),
+    ):
         agent = zoo.make(
             "ppo",
             torso=torso,
+            shared_torso=shared,
             hidden_sizes=(32,),
             cell_size=32,
             num_steps=16,
             num_minibatches=4,
             learning_rate=3e-3,
         )
-        out[torso] = runners.run(
+        out[name] = runners.run(
             agent,
             CHAIN,
             key=jr.PRNGKey(0),
@@ -184,9 +229,10 @@ def memory_runs():
 
 
 def test_recurrent_ppo_remembers_what_the_memoryless_one_cannot(memory_runs):
-    recurrent = np.asarray(memory_runs["gru"].final_returns).mean(-1)
     memoryless = np.asarray(memory_runs["mlp"].final_returns).mean(-1)
-    assert recurrent.min() >= 0.9, recurrent
+    for name in ("gru", "shared"):
+        recurrent = np.asarray(memory_runs[name].final_returns).mean(-1)
+        assert recurrent.min() >= 0.9, (name, recurrent)
     assert memoryless.max() <= 0.5, memoryless
 
 

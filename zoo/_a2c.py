@@ -40,7 +40,7 @@ class A2C(AbstractActorCritic):
     - `vf_coef`, `ent_coef`: loss weights.
     - `normalize_advantages`: normalise advantages over the rollout.
     - `reward_scale`, `log_std_init`, `hidden_sizes`, `activation`, `torso`,
-      `cell_size`, `sequence_length`,
+      `cell_size`, `sequence_length`, `shared_torso`,
       `normalize_obs`, `scale_obs`: as for PPO.
     """
 
@@ -63,6 +63,7 @@ class A2C(AbstractActorCritic):
     torso: str = eqx.field(static=True, default="auto")
     cell_size: int = eqx.field(static=True, default=128)
     sequence_length: int | None = eqx.field(static=True, default=None)
+    shared_torso: bool = eqx.field(static=True, default=False)
     normalize_obs: bool = eqx.field(static=True, default=False)
     scale_obs: bool = eqx.field(static=True, default=False)
 

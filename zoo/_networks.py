@@ -440,9 +440,10 @@ class QNetwork(eqx.Module):
 
 @final
 class Critic(eqx.Module):
-    """State value `V(obs)`."""
+    """State value `V(obs)`; with `features`, only a head on another network's
+    features of that size (a torso shared with the actor: `from_features`)."""
 
-    torso: Torso | RecurrentTorso
+    torso: Torso | RecurrentTorso | None
     head: eqx.nn.Linear
 
     def __init__(
@@ -453,26 +454,43 @@ class Critic(eqx.Module):
         *,
         torso: str = "auto",
         cell_size: int | None = None,
+        features: int | None = None,
         key: PRNGKeyArray,
     ):
         k1, k2 = jr.split(key)
-        self.torso = make_torso(
-            obs_shape,
-            hidden_sizes,
-            activation,
-            kind=torso,
-            cell_size=cell_size,
-            key=k1,
-        )
-        self.head = _linear(self.torso.out_size, 1, 1.0, key=k2)
+        if features is None:
+            self.torso = make_torso(
+                obs_shape,
+                hidden_sizes,
+                activation,
+                kind=torso,
+                cell_size=cell_size,
+                key=k1,
+            )
+            features = self.torso.out_size
+        else:
+            self.torso = None
+        self.head = _linear(features, 1, 1.0, key=k2)
+
+    def _own_torso(self) -> "Torso | RecurrentTorso":
+        if self.torso is None:
+            raise TypeError(
+                "this critic shares the actor's torso: call from_features on the "
+                "actor torso's features"
+            )
+        return self.torso
 
     def __call__(self, obs: Shaped[Array, "..."]) -> Float[Array, ""]:
-        return self.head(self.torso(obs))[0]
+        return self.head(self._own_torso()(obs))[0]
 
     def step(self, carry: PyTree, obs: Shaped[Array, "..."]) -> tuple[Array, PyTree]:
         """`(V(obs), carry)` through a recurrent torso's carry."""
-        x, carry = self.torso.step(carry, obs)
+        x, carry = self._own_torso().step(carry, obs)
         return self.head(x)[0], carry
+
+    def from_features(self, x: Float[Array, " features"]) -> Float[Array, ""]:
+        """The value from a torso's features `x`."""
+        return self.head(x)[0]
 
 
 @final
@@ -512,6 +530,10 @@ class DiscreteActor(eqx.Module):
         """`(logits, carry)` through a recurrent torso's carry."""
         x, carry = self.torso.step(carry, obs)
         return self.head(x), carry
+
+    def from_features(self, x: Float[Array, " features"]) -> Float[Array, " actions"]:
+        """The logits from the torso's features `x`."""
+        return self.head(x)
 
 
 @final
@@ -556,6 +578,12 @@ class GaussianActor(eqx.Module):
         """`((mean, log_std), carry)` through a recurrent torso's carry."""
         x, carry = self.torso.step(carry, obs)
         return (self.head(x), self.log_std), carry
+
+    def from_features(
+        self, x: Float[Array, " features"]
+    ) -> tuple[Float[Array, " action_dim"], Float[Array, " action_dim"]]:
+        """`(mean, log_std)` from the torso's features `x`."""
+        return self.head(x), self.log_std
 
 
 @final

@@ -205,6 +205,7 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
     activation: eqx.AbstractVar[str]
     cell_size: eqx.AbstractVar[int]
     sequence_length: eqx.AbstractVar[int | None]
+    shared_torso: eqx.AbstractVar[bool]
     supports_recurrence = True
 
     @abc.abstractmethod
@@ -270,6 +271,8 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
             self.activation,
             torso=self.torso,
             cell_size=cell_size,
+            # A shared torso: the critic is a head on the actor torso's features.
+            features=actor.torso.out_size if self.shared_torso else None,
             key=k_critic,
         )
         updates = max(total_steps // (num_envs * self.num_steps), 1)
@@ -311,6 +314,8 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
         the values, per transition. A memoryless agent's batch is flat; a
         recurrent agent's is `[sequences, length]` (`to_sequences`), run through
         each sequence from the carry stored at its start, reset where `starts`."""
+        if self.shared_torso:
+            return self._evaluate_shared(actor, critic, batch, starts)
         if not self.recurrent:
             log_prob, entropy = self.policy_batch(actor, batch)
             return log_prob, entropy, jax.vmap(critic)(batch.obs)
@@ -328,6 +333,29 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
         log_prob, entropy = policy(out, action)
         return log_prob, entropy, value
 
+    def _evaluate_shared(self, actor, critic, batch: Transition, starts):
+        """`evaluate_batch` with one torso under both heads: its features,
+        computed once per step, give the policy and the value."""
+        if self.recurrent:
+            x = jax.vmap(
+                lambda c, o, s: unroll(
+                    actor.torso.step, c, o, s, self.initial_carry()[0]
+                )[0]
+            )(
+                jax.tree.map(lambda c: c[:, 0], batch.extras["carry"][0]),
+                batch.obs,
+                starts,
+            )
+            each = lambda f: jax.vmap(jax.vmap(f))
+        else:
+            x = jax.vmap(actor.torso)(batch.obs)
+            each = jax.vmap
+        action = batch.extras.get("raw_action", batch.action)
+        log_prob, entropy = each(lambda x, a: self.policy_of(actor, x, a))(
+            each(actor.from_features)(x), action
+        )
+        return log_prob, entropy, each(critic.from_features)(x)
+
     def training_batch(self, traj: Transition, advantages, returns) -> tuple:
         """What minibatches are drawn from: the flattened rollout, or for a
         recurrent agent its sequences and where episodes start in them."""
@@ -338,11 +366,11 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
 
     def initial_carry(self) -> PyTree:
         """The actor's and the critic's cell carries (zeros) for a recurrent
-        torso, `()` otherwise."""
+        torso (the critic's `()` when it shares the actor's), `()` otherwise."""
         if not self.recurrent:
             return ()
         one = initial_cell_carry(self.torso, self.cell_size)
-        return (one, one)
+        return (one, () if self.shared_torso else one)
 
     def act(
         self,
@@ -354,8 +382,12 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
     ) -> tuple[Shaped[Array, "..."], Extras]:
         refuse_act(self)
         obs = self.preprocess(state, obs)
-        value = state.critic(obs)
-        out = state.actor(obs)
+        if self.shared_torso:
+            x = state.actor.torso(obs)
+            value, out = state.critic.from_features(x), state.actor.from_features(x)
+        else:
+            value = state.critic(obs)
+            out = state.actor(obs)
         return self._decide(state, out, value, key=key, greedy=greedy)
 
     def act_step(
@@ -370,13 +402,20 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
         if not self.recurrent:
             return super().act_step(state, carry, obs, key=key, greedy=greedy)
         obs = self.preprocess(state, obs)
-        value, critic_carry = state.critic.step(carry[1], obs)
-        out, actor_carry = state.actor.step(carry[0], obs)
+        if self.shared_torso:
+            x, actor_carry = state.actor.torso.step(carry[0], obs)
+            value, out = state.critic.from_features(x), state.actor.from_features(x)
+            critic_carry, next_carry = (), actor_carry
+        else:
+            value, critic_carry = state.critic.step(carry[1], obs)
+            out, actor_carry = state.actor.step(carry[0], obs)
+            next_carry = critic_carry
         action, extras = self._decide(state, out, value, key=key, greedy=greedy)
         # The carry this step started from (sequence training starts from
-        # it), and the critic's after it (the next observation's value uses it).
+        # it), and the critic's after it (the next observation's value uses
+        # it; the actor's when they share a torso).
         extras["carry"] = carry
-        extras["next_carry"] = critic_carry
+        extras["next_carry"] = next_carry
         return action, extras, (actor_carry, critic_carry)
 
     def _decide(self, state: ActorCriticState, out, value, *, key, greedy):
@@ -419,6 +458,9 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
         # bootstraps through truncation correctly.
         if self.recurrent:
             next_value = self._next_values(state, traj)
+        elif self.shared_torso:
+            value_of = lambda o: state.critic.from_features(state.actor.torso(o))
+            next_value = jax.vmap(jax.vmap(value_of))(traj.next_obs)
         else:
             next_value = jax.vmap(jax.vmap(state.critic))(traj.next_obs)
         next_value = jnp.where(traj.terminated, 0.0, next_value)
@@ -431,7 +473,12 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
     def _next_values(self, state: ActorCriticState, traj: Transition) -> Array:
         """A recurrent critic's value of each step's next observation, with the
         carry that step led to (kept by `act_step`): one batched pass."""
-        step = lambda c, o: state.critic.step(c, o)[0]
+        if self.shared_torso:
+            step = lambda c, o: state.critic.from_features(
+                state.actor.torso.step(c, o)[0]
+            )
+        else:
+            step = lambda c, o: state.critic.step(c, o)[0]
         return jax.vmap(jax.vmap(step))(traj.extras["next_carry"], traj.next_obs)
 
 

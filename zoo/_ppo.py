@@ -47,6 +47,10 @@ class PPO(AbstractActorCritic):
       steps of one env (a divisor of `num_steps`; `None`: whole rollouts), run
       from the carry stored at each sequence's start; minibatches take whole
       sequences.
+    - `shared_torso`: one torso (and, when recurrent, one cell and one carry)
+      under the policy and value heads, trained by both losses, as
+      PureJaxRL's recurrent PPO does; `False`: the actor and the critic have a
+      torso each. Sharing halves the torso's arithmetic.
     - `normalize_obs`: normalise observations by running statistics;
       `scale_obs`: instead map bounded observation dimensions onto [-1, 1].
     """
@@ -70,6 +74,7 @@ class PPO(AbstractActorCritic):
     torso: str = eqx.field(static=True, default="auto")
     cell_size: int = eqx.field(static=True, default=128)
     sequence_length: int | None = eqx.field(static=True, default=None)
+    shared_torso: bool = eqx.field(static=True, default=False)
     normalize_obs: bool = eqx.field(static=True, default=False)
     scale_obs: bool = eqx.field(static=True, default=False)
 
