@@ -29,10 +29,13 @@ from ._registry import (
     POMDP as POMDP,
     PRESETS as PRESETS,
     PROBES as PROBES,
+    SUITES as SUITES,
+    Suite as Suite,
     is_multi_agent as is_multi_agent,
     make as make,
     make_multi as make_multi,
     names as names,
+    suite_of as suite_of,
     uses_jaxmarl as uses_jaxmarl,
 )
 from ._spaces import Box as Box, Discrete as Discrete, Space as Space

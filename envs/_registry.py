@@ -1,12 +1,21 @@
-"""Name resolution for `envs.make`."""
+"""Name resolution for `envs.make`: one table of suites, `SUITES`.
 
+A suite is a family of envs: the names it offers, how it builds one, and the
+extra it needs. `make`, `make_multi`, `names`, `is_multi_agent` and
+`uses_jaxmarl` all read the table, so adding a suite is one entry here beside
+its module (docs/architecture.md).
+"""
+
+import dataclasses
 import difflib
-from collections.abc import Callable
+import importlib.util
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from . import _xminigrid
 from ._classic import CartPole, Pendulum
 from ._env import AbstractEnv
-from ._multi_agent import AbstractMultiAgentEnv, MatrixGame
+from ._multi_agent import AbstractMultiAgentEnv, JaxMarlEnv, MatrixGame, jaxmarl_names
 from ._probes import (
     ActionReward,
     ConstantReward,
@@ -69,41 +78,185 @@ def _build(factory: Callable[..., Any], name: str, env_params: dict[str, Any]) -
         ) from None
 
 
-def names() -> list[str]:
-    """All names `make` accepts: native, gymnax and probe environments, the
-    multi-agent ones (JaxMARL's with the `marl` extra) and XLand-MiniGrid's
-    (`xminigrid/...`, with the `xminigrid` extra)."""
-    from ._gymnax import gymnax_names
-    from ._multi_agent import jaxmarl_names
+def _from(table: dict[str, Callable[..., Any]]) -> Callable[..., Any]:
+    """A suite's `build` for a table of factories by name."""
+    return lambda name, **env_params: _build(table[name], name, env_params)
 
-    return sorted(
-        set(NATIVE)
-        | set(POMDP)
-        | set(PRESETS)
-        | set(gymnax_names())
-        | set(PROBES)
-        | set(MULTI_AGENT)
-        | set(jaxmarl_names())
-        | set(xminigrid_names())
-    )
+
+def _pomdp(name: str, **env_params: Any) -> AbstractEnv:
+    base, keep = POMDP[name]
+    return MaskObservation(_build(base, name, env_params), keep, name)
+
+
+def _preset(name: str, **env_params: Any) -> AbstractEnv:
+    base_name, preset = PRESETS[name]
+    return make(base_name, **{**preset, **env_params})
+
+
+def _gymnax_registered() -> list[str]:
+    import gymnax
+
+    return list(gymnax.registered_envs)
+
+
+def _gymnax_names() -> list[str]:
+    from ._gymnax import gymnax_names
+
+    return gymnax_names()
+
+
+def _gymnax(name: str, **env_params: Any) -> AbstractEnv:
+    from ._gymnax import NEEDS_DOWNLOAD, GymnaxEnv
+
+    gymnax_id = name.removeprefix("gymnax/")
+    if gymnax_id in NEEDS_DOWNLOAD:
+        raise ValueError(
+            f"env {name!r} downloads a data set when it is created; it is not offered."
+        )
+    return GymnaxEnv(gymnax_id, **env_params)
+
+
+def _installed(module: str) -> Callable[[], bool]:
+    return lambda: importlib.util.find_spec(module) is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    """A family of envs that `make` (or `make_multi`) builds.
+
+    - `names`: the names it offers (empty when its package is not installed).
+    - `build`: `build(name, **env_params)`, the env.
+    - `prefix`: a name that starts with it is the suite's, listed or not
+      (`"xminigrid/"`): its `build` names the valid ones, or the extra to
+      install when it is missing. `""`: a name is the suite's when `names`
+      lists it.
+    - `extra`: the pip extra its envs need (`pip install -e '.[extra]'`), and
+      `installed` whether it is there.
+    - `multi_agent`: its envs are `AbstractMultiAgentEnv`s (`make_multi`).
+    - `owns`: whether a name is the suite's; by default the prefix or `names`.
+    """
+
+    names: Callable[[], Iterable[str]]
+    build: Callable[..., Any]
+    prefix: str = ""
+    extra: str = ""
+    installed: Callable[[], bool] = lambda: True
+    multi_agent: bool = False
+    owns: Callable[[str], bool] | None = None
+
+    def has(self, name: str) -> bool:
+        if self.owns is not None:
+            return self.owns(name)
+        if self.prefix:
+            return name.startswith(self.prefix)
+        return self.installed() and name in self.names()
+
+    def install_hint(self) -> str:
+        return f"pip install -e '.[{self.extra}]'" if self.extra else ""
+
+
+# Every suite, in the order a name is looked up (the first that has it builds
+# it): ours before gymnax's, gymnax's before JaxMARL's.
+SUITES: dict[str, Suite] = {
+    "native": Suite(lambda: NATIVE, _from(NATIVE)),
+    "pomdp": Suite(lambda: POMDP, _pomdp),
+    "presets": Suite(lambda: PRESETS, _preset),
+    "probe": Suite(lambda: PROBES, _from(PROBES)),
+    "xminigrid": Suite(
+        xminigrid_names,
+        lambda name, **p: XMiniGridEnv(name.removeprefix(XMINIGRID_PREFIX), **p),
+        prefix=XMINIGRID_PREFIX,
+        extra="xminigrid",
+        installed=lambda: _xminigrid.installed(),
+    ),
+    # `gymnax/<name>` forces gymnax's own implementation of a native name.
+    "gymnax": Suite(
+        _gymnax_names,
+        _gymnax,
+        owns=lambda name: name.removeprefix("gymnax/") in _gymnax_registered(),
+    ),
+    "marl": Suite(lambda: MULTI_AGENT, _from(MULTI_AGENT), multi_agent=True),
+    "jaxmarl": Suite(
+        jaxmarl_names,
+        JaxMarlEnv,
+        extra="marl",
+        installed=_installed("jaxmarl"),
+        multi_agent=True,
+    ),
+}
+
+
+def suite_of(name: str) -> str | None:
+    """The name of the suite in `SUITES` that builds env `name`, or `None`."""
+    for suite_name, suite in SUITES.items():
+        if suite.has(name):
+            return suite_name
+    return None
+
+
+def names(*, multi_agent: bool | None = None) -> list[str]:
+    """All names `make` and `make_multi` accept: native, gymnax and probe
+    environments, the multi-agent ones (JaxMARL's with the `marl` extra) and
+    XLand-MiniGrid's (`xminigrid/...`, with the `xminigrid` extra).
+    `multi_agent=True` (`False`): only the multi-agent (single-agent) ones."""
+    out: set[str] = set()
+    for suite in SUITES.values():
+        if multi_agent is None or suite.multi_agent == multi_agent:
+            out |= set(suite.names()) if suite.installed() else set()
+    return sorted(out)
 
 
 def uses_jaxmarl(name: str) -> bool:
     """Whether `name` is one of JaxMARL's envs (imports JaxMARL only when `name`
     is none of ours or gymnax's, and JaxMARL is installed)."""
-    import importlib.util
+    return suite_of(name) == "jaxmarl"
 
-    from ._gymnax import gymnax_names
 
-    if name in NATIVE or name in POMDP or name in PRESETS or name in PROBES:
-        return False
-    if name in MULTI_AGENT:
-        return False
-    if name in gymnax_names() or importlib.util.find_spec("jaxmarl") is None:
-        return False
-    from ._multi_agent import jaxmarl_names
+def is_multi_agent(name: str) -> bool:
+    """Whether `name` is a multi-agent env (`make_multi` builds it)."""
+    suite = suite_of(name)
+    return suite is not None and SUITES[suite].multi_agent
 
-    return name in jaxmarl_names()
+
+def _unknown(name: str, *, multi_agent: bool) -> ValueError:
+    """The error for a name no suite has: the closest names, and the extras
+    not installed."""
+    valid = names(multi_agent=multi_agent or None)
+    close = difflib.get_close_matches(name, valid, n=3, cutoff=0.5)
+    hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+    missing = [
+        f"{n}'s envs need the {s.extra} extra: {s.install_hint()}."
+        for n, s in SUITES.items()
+        if s.extra and s.multi_agent == multi_agent and not s.installed()
+    ]
+    if multi_agent:
+        return ValueError(
+            f"unknown multi-agent env {name!r}.{hint} Multi-agent envs: "
+            f"{', '.join(valid)}.{''.join(' ' + m for m in missing)}"
+        )
+    return ValueError(
+        f"unknown env {name!r}.{hint} `envs.names()` lists all {len(valid)} "
+        f"valid names.{''.join(' ' + m for m in missing)}"
+    )
+
+
+def _suite(name: str, *, multi_agent: bool) -> Suite:
+    """The suite that builds `name`, checked: the right kind, and installed."""
+    found = suite_of(name)
+    if found is None:
+        raise _unknown(name, multi_agent=multi_agent)
+    suite = SUITES[found]
+    if suite.multi_agent and not multi_agent:
+        raise ValueError(
+            f"{name!r} is a multi-agent env: build it with envs.make_multi({name!r})"
+        )
+    if multi_agent and not suite.multi_agent:
+        raise _unknown(name, multi_agent=True)
+    if not suite.installed():
+        raise ValueError(
+            f"{name} needs the {suite.extra} extra: {suite.install_hint()}"
+        )
+    return suite
 
 
 def make_multi(name: str, **env_params: Any) -> AbstractMultiAgentEnv:
@@ -112,33 +265,7 @@ def make_multi(name: str, **env_params: Any) -> AbstractMultiAgentEnv:
 
     **Raises:** `ValueError` naming the closest valid names, or the parameters.
     """
-    from ._multi_agent import JaxMarlEnv, jaxmarl_names
-
-    factory = MULTI_AGENT.get(name)
-    if factory is not None:
-        return _build(factory, name, env_params)
-    marl = jaxmarl_names()
-    if name in marl:
-        return JaxMarlEnv(name, **env_params)
-    valid = sorted(set(MULTI_AGENT) | set(marl))
-    close = difflib.get_close_matches(name, valid, n=3, cutoff=0.5)
-    hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
-    extra = (
-        "" if marl else " JaxMARL's envs need the marl extra: pip install -e '.[marl]'."
-    )
-    raise ValueError(
-        f"unknown multi-agent env {name!r}.{hint} Multi-agent envs: "
-        f"{', '.join(valid)}.{extra}"
-    )
-
-
-def is_multi_agent(name: str) -> bool:
-    """Whether `name` is a multi-agent env (`make_multi` builds it)."""
-    from ._multi_agent import jaxmarl_names
-
-    return name in MULTI_AGENT or (
-        not name.startswith(("gymnax/", "probe/")) and name in jaxmarl_names()
-    )
+    return _suite(name, multi_agent=True).build(name, **env_params)
 
 
 def make(name: str, **env_params: Any) -> AbstractEnv:
@@ -168,38 +295,4 @@ def make(name: str, **env_params: Any) -> AbstractEnv:
             )
         env = make(name, **env_params)
         return StickyActions(env, float(prob)) if prob else env
-    if name in MULTI_AGENT:
-        raise ValueError(
-            f"{name!r} is a multi-agent env: build it with envs.make_multi({name!r})"
-        )
-    if name in PRESETS:
-        base_name, preset = PRESETS[name]
-        return make(base_name, **{**preset, **env_params})
-    if name in POMDP:
-        base, keep = POMDP[name]
-        return MaskObservation(_build(base, name, env_params), keep, name)
-    factory = NATIVE.get(name) or PROBES.get(name)
-    if factory is not None:
-        return _build(factory, name, env_params)
-    if name.startswith(XMINIGRID_PREFIX):
-        return XMiniGridEnv(name.removeprefix(XMINIGRID_PREFIX), **env_params)
-    from ._gymnax import NEEDS_DOWNLOAD, GymnaxEnv, gymnax_names
-
-    gymnax_id = name.removeprefix("gymnax/")
-    if gymnax_id in gymnax_names():
-        return GymnaxEnv(gymnax_id, **env_params)
-    if gymnax_id in NEEDS_DOWNLOAD:
-        raise ValueError(
-            f"env {name!r} downloads a data set when it is created; it is not offered."
-        )
-    if is_multi_agent(name):
-        raise ValueError(
-            f"{name!r} is a multi-agent env: build it with envs.make_multi({name!r})"
-        )
-    valid = names()
-    close = difflib.get_close_matches(name, valid, n=3, cutoff=0.5)
-    hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
-    raise ValueError(
-        f"unknown env {name!r}.{hint} "
-        f"`envs.names()` lists all {len(valid)} valid names."
-    )
+    return _suite(name, multi_agent=False).build(name, **env_params)

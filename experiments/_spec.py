@@ -157,7 +157,7 @@ class RunSpec:
         check=_agent,
     )
     env: str = key(
-        "env name (envs.names()); default: experiments.configs.DEFAULT_ENV[agent]",
+        "env name (envs.names()); default: zoo.default_env(agent)",
         default=lambda c: configs.default_env(c["agent"]),
         check=_env,
     )

@@ -1,5 +1,7 @@
 """Every agent on every probe env it supports, plus construction errors and shapes."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -108,8 +110,7 @@ def test_agent_learns_probe(agent_name, env_name, getkey):
 def test_make_rejects_unknown_agent():
     with pytest.raises(
         ValueError,
-        match=r"unknown agent 'dqm'.*'dqn'.*\['a2c', 'c51', 'ddpg', 'dqn', 'ppo', "
-        r"'pqn', 'qrdqn', 'sac', 'td3'\]",
+        match=r"unknown agent 'dqm'.*'dqn'.*" + re.escape(str(zoo.names())),
     ):
         zoo.make("dqm")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import zoo
 from experiments import _config, _spec, configs, stats
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -290,8 +291,7 @@ def test_untuned_pair_falls_back_with_a_warning(caplog):
         (
             {"agent": "dqx"},
             "agent",
-            "Valid agents: ['a2c', 'c51', 'ddpg', 'dqn', 'ppo', 'pqn', 'qrdqn', "
-            "'sac', 'td3']",
+            f"Valid agents: {zoo.names()}",
         ),
         ({"env": "CartPol-v1"}, "env", "'CartPole-v1'"),
         ({"agent": "dqn", "env": "Pendulum-v1"}, "agent=dqn env=Pendulum-v1", "Box"),

@@ -4,6 +4,7 @@ from ._a2c import A2C as A2C, A2CState as A2CState
 from ._agent import (
     AbstractAgent as AbstractAgent,
     AbstractState as AbstractState,
+    register as register,
     scaled_stats as scaled_stats,
 )
 from ._c51 import C51 as C51, categorical_projection as categorical_projection
@@ -74,6 +75,7 @@ from ._q_learning import AbstractQAgent as AbstractQAgent, QState as QState
 from ._qrdqn import QRDQN as QRDQN, quantile_huber_loss as quantile_huber_loss
 from ._registry import (
     AGENTS as AGENTS,
+    default_env as default_env,
     hyperparameters as hyperparameters,
     make as make,
     names as names,

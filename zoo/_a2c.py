@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Int, PRNGKeyArray
 
-from ._agent import Metrics, adam_optimizer
+from ._agent import Metrics, adam_optimizer, register
 from ._memory import RolloutState
 from ._on_policy import (
     AbstractActorCritic,
@@ -22,6 +22,7 @@ A2CState = ActorCriticState
 OPTIMIZERS = ("rmsprop", "adam")
 
 
+@register("a2c")
 @final
 class A2C(AbstractActorCritic):
     """A2C (Mnih et al., 2016): one gradient step on each rollout of

@@ -1,6 +1,7 @@
-"""The agent protocol."""
+"""The agent protocol, and `register`: the one place an agent is named."""
 
 import abc
+from collections.abc import Callable
 from typing import ClassVar, Generic, TypeVar
 
 import equinox as eqx
@@ -17,9 +18,6 @@ from ._normalize import RunningStats
 
 Extras = dict[str, Array]
 Metrics = dict[str, Array]
-
-# The agents that take a recurrent torso, for the error that refuses the others.
-RECURRENT_AGENTS = ("PPO", "A2C", "PQN", "DQN", "C51", "QRDQN")
 
 
 class AbstractState(eqx.Module):
@@ -80,7 +78,7 @@ class AbstractAgent(eqx.Module, Generic[S]):
         if self.torso in RECURRENT and not self.supports_recurrence:
             raise ValueError(
                 f"{type(self).__name__}: torso={self.torso!r} is not supported yet "
-                f"(recurrent torsos: {', '.join(RECURRENT_AGENTS)}); use 'auto', "
+                f"(recurrent torsos: {', '.join(recurrent_agents())}); use 'auto', "
                 "'mlp' or 'cnn'"
             )
 
@@ -176,6 +174,59 @@ class AbstractAgent(eqx.Module, Generic[S]):
         if self.scale_obs:
             return scaled_stats(obs_space, who=type(self).__name__)
         return RunningStats.zeros(obs_space.shape)
+
+
+# Every agent `zoo.make` builds, by name, and the env each trains on when a
+# config names none: `register` fills both, once per agent.
+AGENTS: dict[str, type[AbstractAgent]] = {}
+DEFAULT_ENVS: dict[str, str] = {}
+A = TypeVar("A", bound=type[AbstractAgent])
+
+
+def register(name: str, *, default_env: str = "CartPole-v1") -> Callable[[A], A]:
+    """Class decorator: make an agent class known as `name` to `zoo.make`,
+    `zoo.names`, `zoo.save`/`zoo.load`, the experiments' CLI and the test suite.
+
+    ```python
+    @zoo.register("myq", default_env="CartPole-v1")
+    class MyQ(zoo.AbstractAgent[MyState]): ...
+    ```
+
+    `default_env`: the env `python -m experiments.run with agent=<name>` trains
+    on when none is given. An agent registered outside the package is saved and
+    loaded like the zoo's own, once its module is imported.
+
+    **Raises:** `ValueError` if `name` is taken, not lower-case, or the class is
+    not an `AbstractAgent` or is registered already.
+    """
+
+    def add(cls: A) -> A:
+        if not (isinstance(cls, type) and issubclass(cls, AbstractAgent)):
+            raise ValueError(
+                f"zoo.register({name!r}): {cls!r} is not a subclass of "
+                "zoo.AbstractAgent"
+            )
+        if name != name.lower() or not name.isidentifier():
+            raise ValueError(
+                f"zoo.register({name!r}): an agent name is a lower-case "
+                "identifier, e.g. 'iqn'"
+            )
+        if name in AGENTS or cls in AGENTS.values():
+            taken = name if name in AGENTS else cls.__name__
+            raise ValueError(
+                f"zoo.register({name!r}): {taken!r} is registered already "
+                f"(agents: {sorted(AGENTS)}); pick another name"
+            )
+        AGENTS[name] = cls
+        DEFAULT_ENVS[name] = default_env
+        return cls
+
+    return add
+
+
+def recurrent_agents() -> list[str]:
+    """The registered agents that take a recurrent torso, by class name."""
+    return [c.__name__ for c in AGENTS.values() if c.supports_recurrence]
 
 
 def adam_optimizer(

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from ._agent import register
 from ._q_learning import AbstractQAgent
 
 
@@ -38,6 +39,7 @@ def categorical_projection(
     return m.at[upper].add(probs * to_upper)
 
 
+@register("c51")
 @final
 class C51(AbstractQAgent):
     """C51 (Bellemare et al., 2017): the return of each action is a categorical

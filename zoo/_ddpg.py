@@ -4,11 +4,13 @@ from typing import final
 
 import equinox as eqx
 
+from ._agent import register
 from ._td3 import AbstractDeterministicAgent, TD3State
 
 DDPGState = TD3State
 
 
+@register("ddpg", default_env="Pendulum-v1")
 @final
 class DDPG(AbstractDeterministicAgent):
     """DDPG (Lillicrap et al., 2016): a deterministic actor trained through one

@@ -7,12 +7,14 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Float
 
+from ._agent import register
 from ._q_learning import AbstractQAgent, QState
 
 # DQN's state is the Q-learning state every value-based agent shares.
 DQNState = QState
 
 
+@register("dqn")
 @final
 class DQN(AbstractQAgent):
     """DQN (Mnih et al., 2015) with the usual improvements as options.

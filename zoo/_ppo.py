@@ -9,7 +9,7 @@ from jaxtyping import Array, Int, PRNGKeyArray
 
 from envs import Space
 
-from ._agent import Metrics, adam_optimizer, check_positive
+from ._agent import Metrics, adam_optimizer, check_positive, register
 from ._memory import RolloutState, Transition
 from ._on_policy import (
     AbstractActorCritic,
@@ -24,6 +24,7 @@ from ._on_policy import (
 PPOState = ActorCriticState
 
 
+@register("ppo")
 @final
 class PPO(AbstractActorCritic):
     """PPO with a clipped objective (Schulman et al., 2017).

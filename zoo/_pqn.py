@@ -19,6 +19,7 @@ from ._agent import (
     check_cell_size,
     check_positive,
     refuse_act,
+    register,
 )
 from ._memory import Rollout, RolloutState
 from ._networks import QNetwork, initial_cell_carry
@@ -80,6 +81,7 @@ class PQNState(AbstractState):
     obs_stats: RunningStats
 
 
+@register("pqn")
 @final
 class PQN(AbstractAgent[PQNState]):
     """PQN (Gallici et al., 2025): Q-learning from many parallel envs without a

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from ._agent import register
 from ._q_learning import AbstractQAgent
 
 
@@ -33,6 +34,7 @@ def quantile_huber_loss(
     return jnp.sum(jnp.mean(weight * huber, axis=1))
 
 
+@register("qrdqn")
 @final
 class QRDQN(AbstractQAgent):
     """QR-DQN (Dabney et al., 2018): the return of each action is represented by

@@ -1,36 +1,23 @@
-"""`zoo.make`: agents by name."""
+"""`zoo.make`: agents by name, as `zoo.register` named them (each agent's
+module registers its class; importing `zoo` imports them all)."""
 
 import dataclasses
 import difflib
 from typing import Any
 
-from ._a2c import A2C
-from ._agent import AbstractAgent
-from ._c51 import C51
-from ._ddpg import DDPG
-from ._dqn import DQN
-from ._ppo import PPO
-from ._pqn import PQN
-from ._qrdqn import QRDQN
-from ._sac import SAC
-from ._td3 import TD3
-
-AGENTS: dict[str, type[AbstractAgent]] = {
-    "dqn": DQN,
-    "c51": C51,
-    "qrdqn": QRDQN,
-    "pqn": PQN,
-    "ppo": PPO,
-    "a2c": A2C,
-    "sac": SAC,
-    "td3": TD3,
-    "ddpg": DDPG,
-}
+from ._agent import AGENTS, DEFAULT_ENVS, AbstractAgent
 
 
 def names() -> list[str]:
     """The names `zoo.make` accepts, sorted."""
     return sorted(AGENTS)
+
+
+def default_env(name: str) -> str:
+    """The env agent `name` trains on when a config names none (its
+    `zoo.register(..., default_env=...)`)."""
+    _lookup(name)
+    return DEFAULT_ENVS[name.lower()]
 
 
 def hyperparameters(name: str) -> dict[str, Any]:

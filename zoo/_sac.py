@@ -12,7 +12,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 from envs import Box, Space
 
 from . import _distributions as dist
-from ._agent import Extras, Metrics, adam_optimizer, check_positive
+from ._agent import Extras, Metrics, adam_optimizer, check_positive, register
 from ._memory import Sample
 from ._networks import (
     QCritic,
@@ -51,6 +51,7 @@ class SACState(AbstractOffPolicyState):
     action_space: Box = eqx.field(static=True)
 
 
+@register("sac", default_env="Pendulum-v1")
 @final
 class SAC(AbstractOffPolicyAgent[SACState]):
     """Soft Actor-Critic (Haarnoja et al., 2018) with twin critics and a learned

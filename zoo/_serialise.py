@@ -46,7 +46,10 @@ def agent_name(agent: AbstractAgent) -> str:
     for name, cls in AGENTS.items():
         if type(agent) is cls:
             return name
-    raise ValueError(f"{type(agent).__name__} is not a registered agent")
+    raise ValueError(
+        f"{type(agent).__name__} is not a registered agent: decorate its class "
+        "with @zoo.register('<name>') to save it"
+    )
 
 
 def hparams_of(agent: AbstractAgent) -> dict[str, Any]:
@@ -74,6 +77,9 @@ def save(
         "format": FORMAT,
         "version": VERSION,
         "agent": agent_name(agent),
+        # Where the class is defined: loading an agent registered outside the
+        # package names the module to import first.
+        "module": type(agent).__module__,
         "hparams": hparams_of(agent),
         "obs_space": space_to_json(obs_space),
         "action_space": space_to_json(action_space),
@@ -113,6 +119,16 @@ def load(path: str | Path) -> tuple[AbstractAgent, PyTree]:
             k: tuple(v) if isinstance(v, list) else v
             for k, v in header["hparams"].items()
         }
+        if header["agent"] not in AGENTS:
+            where = header.get("module", "")
+            raise ValueError(
+                f"{str(path)!r} holds agent {header['agent']!r}, which is not "
+                f"registered: import the module that registers it (`import "
+                f"{where}`) before loading"
+                if where and not where.startswith("zoo.")
+                else f"{str(path)!r} holds agent {header['agent']!r}, which this "
+                f"equizoo does not have (agents: {sorted(AGENTS)})"
+            )
         agent = make(header["agent"], **hparams)
         template = eqx.filter_eval_shape(
             agent.init,

@@ -14,7 +14,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 
 from envs import Box, Space
 
-from ._agent import Extras, Metrics, adam_optimizer, check_positive
+from ._agent import Extras, Metrics, adam_optimizer, check_positive, register
 from ._memory import Sample
 from ._networks import DeterministicActor, QCritic, ensemble_q, q_ensemble
 from ._normalize import RunningStats
@@ -240,6 +240,7 @@ class AbstractDeterministicAgent(AbstractOffPolicyAgent[TD3State]):
         return {}
 
 
+@register("td3", default_env="Pendulum-v1")
 @final
 class TD3(AbstractDeterministicAgent):
     """TD3 (Fujimoto et al., 2018): DDPG with twin critics (the target takes their

@@ -13,8 +13,9 @@ CartPole-v1:
     sticky_prob: 0.1
 ```
 
-This module reads the files only (no JAX), so that a config can be resolved and
-printed quickly; `experiments._config` checks blocks against the zoo.
+This module reads the files only (no JAX; `default_env` alone asks the zoo), so
+that a config can be resolved and printed quickly; `experiments._config` checks
+blocks against the zoo.
 """
 
 from pathlib import Path
@@ -24,18 +25,8 @@ import yaml
 
 CONFIG_DIR = Path(__file__).parent
 
-# The env `python -m experiments.run with agent=<name>` trains on when none is given.
-DEFAULT_ENV: dict[str, str] = {
-    "dqn": "CartPole-v1",
-    "c51": "CartPole-v1",
-    "qrdqn": "CartPole-v1",
-    "pqn": "CartPole-v1",
-    "ppo": "CartPole-v1",
-    "a2c": "CartPole-v1",
-    "sac": "Pendulum-v1",
-    "td3": "Pendulum-v1",
-    "ddpg": "Pendulum-v1",
-}
+# The env the config falls back on for an agent the zoo does not have (its
+# name is then refused with the valid ones).
 FALLBACK_ENV = "CartPole-v1"
 
 # Run settings for a pair with no tuned block (or a block that leaves one out),
@@ -92,8 +83,12 @@ def tuned(agent: str, env: str) -> dict[str, Any] | None:
 
 
 def default_env(agent: str) -> str:
-    """The env an agent trains on when the config names none."""
-    return DEFAULT_ENV.get(agent, FALLBACK_ENV)
+    """The env an agent trains on when the config names none: the one its
+    `zoo.register` names (this imports the zoo, and so JAX); `FALLBACK_ENV`
+    for an unknown agent, which the config's checks then name."""
+    import zoo
+
+    return zoo.default_env(agent) if agent in zoo.names() else FALLBACK_ENV
 
 
 def check_block(agent: str, env: str, block: Any) -> None:
