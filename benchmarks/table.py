@@ -8,10 +8,11 @@
 
 Each pair trains in a fresh Python process with JAX's compilation cache off, so
 its wall time is the cold one: interpreter start, imports, compilation and
-training. Classic-control pairs train 8 seeds, MinAtar pairs 4 (`--seeds`
-changes both), with the tuned block of `experiments/configs/<agent>.yaml`. The
-greedy policy is evaluated on 128 episodes per seed at each tenth of training:
-the learning curves, and at the end the final return.
+training. Classic-control pairs train 8 seeds, MinAtar pairs 4 (the seed counts
+of `benchmarks/targets.yaml`; `--seeds` changes both), with the tuned block of
+`experiments/configs/<agent>.yaml`. The greedy policy is evaluated on 128
+episodes per seed at each tenth of training: the learning curves, and at the end
+the final return.
 
 **Held out.** Each pair then trains again on seeds no tuning saw: 24 seeds
 (4 for MinAtar) split from `jr.PRNGKey(HELD_OUT_KEY)`, a key that tuning never
@@ -61,13 +62,12 @@ from typing import Any
 
 import numpy as np
 
-from experiments import configs, stats
+from experiments import configs, stats, targets
 from experiments.versions import versions
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 REFERENCES = ROOT / "benchmarks" / "references.yaml"
-TARGETS = ROOT / "benchmarks" / "targets.yaml"
 DOC = ROOT / "docs" / "benchmarks.md"
 FIGURES = ROOT / "docs" / "figures"
 
@@ -118,15 +118,6 @@ def pairs() -> list[tuple[str, str]]:
     return [(a, e) for a in configs.agents() for e in configs.blocks(a)]
 
 
-def default_seeds(env: str) -> int:
-    return 4 if "MinAtar" in env else 8
-
-
-def held_out_seeds(env: str) -> int:
-    """24 held-out seeds; 4 for MinAtar, whose pairs take 5-15 minutes per 4."""
-    return 4 if "MinAtar" in env else 24
-
-
 def variants(block: dict) -> list[str]:
     """The variants measured for a block besides its own (`""`)."""
     return [""] + [v for v, over in VARIANTS.items() if over["when"](block)]
@@ -159,22 +150,6 @@ def rows() -> list[tuple[str, str, str]]:
 def result_path(agent: str, env: str, variant: str = "") -> Path:
     suffix = f"__{variant}" if variant else ""
     return RESULTS / f"{agent}__{env.replace('/', '_')}{suffix}.json"
-
-
-def load_targets() -> dict:
-    import yaml
-
-    return yaml.safe_load(TARGETS.read_text()) or {}
-
-
-def seed_target(agent: str, env: str, variant: str = "") -> dict | None:
-    """`{"seed": return every held-out seed must reach, "source": ...}`, or
-    `{"mean": return the held-out seeds' mean must reach, "source": ...}` where
-    the target is set on the mean (StatelessPendulum's), or `None` where no
-    target is set (multi-agent envs)."""
-    targets = load_targets()
-    scope = targets.get(variant, {}) if variant else targets
-    return scope.get(f"{agent}:{env}") or scope.get(env)
 
 
 def held_out_summary(
@@ -610,16 +585,6 @@ def render(tuned_pairs: list[tuple[str, str]]) -> None:
                 "the same programs keeps a result current); `python "
                 "benchmarks/table.py` measures it again."
             )
-        protocol = lambda r: (r.get("config") or {}).get("env_params") or {}
-        if any(
-            r["stale"] and "sticky_prob" not in protocol(r)
-            for r in results
-            if not variant and "MinAtar" in r["env"]
-        ):
-            table += (
-                " Stale MinAtar rows were measured without sticky actions, "
-                "before their blocks took the MinAtar paper's protocol."
-            )
         if any(r.get("held_out", {}).get("passed") is False for r in results):
             table += (
                 "\n\n✗: fewer than 23 of 24 held-out seeds (all of 4 for "
@@ -689,12 +654,12 @@ def measure(agent: str, env: str, variant: str, seeds: int, args) -> None:
         )
     if args.no_held_out:
         return
-    target = seed_target(agent, env, variant)
+    target = targets.target(agent, env, variant)
     if target is None:
         # Nothing to check: the held-out run counts seeds at a target.
         print(f"{name}: no per-seed target, no held-out seeds", flush=True)
         return
-    n = held_out_seeds(env)
+    n = target.seeds.held_out
     h_mark = fingerprint(block, seeds, n)
     h = out.get("held_out")
     if (
@@ -712,12 +677,8 @@ def measure(agent: str, env: str, variant: str, seeds: int, args) -> None:
     }
     print(f"{name}, {n} held-out seeds: training ...", flush=True)
     h = run_pair(agent, env, n, variant, held_out=True)
-    on_mean = "mean" in target
-    h.update(
-        held_out_summary(
-            h["returns"], target["mean" if on_mean else "seed"], on_mean=on_mean
-        )
-    )
+    on_mean = target.on_mean
+    h.update(held_out_summary(h["returns"], target.value, on_mean=on_mean))
     h.update(made_by)
     out["held_out"] = h
     path.write_text(json.dumps(out, indent=1) + "\n")
@@ -799,7 +760,8 @@ def main(argv: list[str] | None = None) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     for i, (agent, env, variant) in enumerate(chosen, 1):
         print(f"[{i}/{len(chosen)}]", end=" ", flush=True)
-        measure(agent, env, variant, args.seeds or default_seeds(env), args)
+        seeds = args.seeds or targets.seeds(agent, env).table
+        measure(agent, env, variant, seeds, args)
     render(tuned_pairs)
 
 

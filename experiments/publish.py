@@ -6,15 +6,16 @@ python -m experiments.publish ppo:CartPole-v1 dqn:Acrobot-v1
 python -m experiments.publish --out /tmp/zoo ppo:CartPole-v1   # elsewhere
 ```
 
-For each `(agent, env)` with a tuned config it trains the tuned block with
-`SEEDS` seeds (`MINATAR_SEEDS` on MinAtar) from `jr.PRNGKey(0)`, picks the seed
-with the best greedy return over 128 episodes, measures that seed again on 128
-fresh episodes (`EVAL_KEY`, so the selection does not flatter the figure), and
-ships it (`zoo.save`, plus a provenance JSON) when that return reaches the env's
-`TARGETS` and the pair passed the benchmark table's held-out check (its
+For each `(agent, env)` with a tuned config it trains the tuned block with the
+pair's `publish` seeds (`benchmarks/targets.yaml`: 4, 2 on MinAtar) from
+`jr.PRNGKey(0)`, picks the seed with the best greedy return over 128 episodes,
+measures that seed again on 128 fresh episodes (`EVAL_KEY`, so the selection
+does not flatter the figure), and ships it (`zoo.save`, plus a provenance JSON)
+when that return reaches the pair's target (`experiments.targets`, the table's)
+and the pair passed the benchmark table's held-out check (its
 `benchmarks/results/<agent>__<env>.json`, measured on the same block, has at
-least 23 of 24 held-out seeds at the target; `--ignore-held-out` skips this for a
-block of your own). `index.json` records every pair tried and why one was not
+least 23 of 24 held-out seeds at the target; `--ignore-held-out` skips this for
+a block of your own). `index.json` records every pair tried and why one was not
 shipped.
 
 The same command on the same commit, libraries and machine writes the same
@@ -31,42 +32,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments import targets
 from experiments._errors import PublishError
 from experiments.versions import versions
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-SEEDS = 4
-MINATAR_SEEDS = 2
 EPISODES = 128
 TRAIN_KEY = 0  # seed i of the run trains with jr.split(jr.PRNGKey(0), seeds)[i]
 SELECT_KEY = 1  # picks the best seed (`runners.evaluate`, seed i folds in i)
 EVAL_KEY = 2  # the shipped seed's recorded return
-
-# A pretrained agent ships when its greedy return reaches its env's target.
-TARGETS: dict[str, tuple[float, str]] = {
-    "CartPole-v1": (475.0, "Gymnasium's reward_threshold"),
-    "MemoryChain-bsuite": (0.9, "every seed >= 0.9 (issue 30), memory_length 5"),
-    "MemoryChain30-bsuite": (0.8, "every seed >= 0.8 (issue 30), memory_length 30"),
-    "StatelessCartPole-v1": (475.0, "CartPole's reward_threshold, without velocities"),
-    "StatelessPendulum-v1": (-250.0, "issue 30: mean >= -250, without velocity"),
-    "xminigrid/MiniGrid-DoorKey-5x5": (0.9, "the goal within 27 of its 250 steps"),
-    "Acrobot-v1": (-100.0, "Gymnasium's reward_threshold"),
-    "MountainCar-v0": (-110.0, "Gymnasium's reward_threshold"),
-    "MountainCarContinuous-v0": (90.0, "Gymnasium's reward_threshold"),
-    "Pendulum-v1": (
-        -200.0,
-        "no Gymnasium threshold; rl-baselines3-zoo's agents reach -150 to -175",
-    ),
-    "Breakout-MinAtar": (10.0, "MinAtar paper's DQN, 5M steps"),
-    "Asterix-MinAtar": (17.0, "MinAtar paper's DQN, 5M steps"),
-    "Freeway-MinAtar": (50.0, "MinAtar paper's DQN, 5M steps"),
-    "SpaceInvaders-MinAtar": (43.0, "MinAtar paper's DQN, 5M steps"),
-}
-
-
-def seeds_for(env: str) -> int:
-    return MINATAR_SEEDS if "MinAtar" in env else SEEDS
 
 
 def commit(allow_dirty: bool) -> str:
@@ -153,6 +128,13 @@ def held_out_failure(agent: str, env: str) -> str | None:
     return None
 
 
+def _target(agent: str, env: str) -> tuple[float, str, int]:
+    """The pair's target, where it comes from, and how many seeds it trains."""
+    target = targets.target(agent, env)
+    assert target is not None  # `main` refuses pairs without one
+    return target.value, target.source, target.seeds.publish
+
+
 def publish_pair(
     agent_name: str, env_name: str, out: Path, head: str, held_out: bool = True
 ) -> dict:
@@ -162,8 +144,7 @@ def publish_pair(
     import zoo
 
     tuned = experiments.tuned(agent_name, env_name)
-    seeds = seeds_for(env_name)
-    target, target_source = TARGETS[env_name]
+    target, target_source, seeds = _target(agent_name, env_name)
     t0 = time.perf_counter()
     agent, env, state, best, select_means, returns = _train_and_select(tuned, seeds)
     mean = float(returns.mean())
@@ -200,7 +181,7 @@ def publish_pair(
 def _provenance(tuned: Any, seeds: int, best: int, returns: Any, head: str) -> dict:
     """What the shipped agent's JSON records: how it was trained, chosen and
     measured."""
-    target, target_source = TARGETS[tuned.env]
+    target, target_source, _ = _target(tuned.agent, tuned.env)
     return {
         "agent": tuned.agent,
         "env": tuned.env,
@@ -335,9 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         pairs = parse_pairs(args.pairs)
-        missing = sorted({e for _, e in pairs} - set(TARGETS))
+        missing = [f"{a}:{e}" for a, e in pairs if targets.target(a, e) is None]
         if missing:
-            raise PublishError(f"no target for {missing}: add them to TARGETS")
+            raise PublishError(
+                f"no target for {missing}: add them to {targets.FILE.name}"
+            )
         head = commit(args.allow_dirty)
         args.out.mkdir(parents=True, exist_ok=True)
     except PublishError as error:

@@ -254,16 +254,19 @@ def test_held_out_summary_counts_seeds_at_the_target():
 
 def test_targets_cover_every_tuned_single_agent_pair_and_variant():
     import envs
+    from experiments import targets
 
     for agent, env, variant in table.rows():
         if envs.is_multi_agent(env) or variant == "memoryless":
             continue  # memoryless baselines are reported, not held to a target
-        target = table.seed_target(agent, env, variant)
+        target = targets.target(agent, env, variant)
         assert target is not None, (agent, env, variant)
-        value = target.get("seed", target.get("mean"))
-        assert isinstance(value, int | float) and target["source"]
-    assert table.seed_target("ddpg", "Pendulum-v1")["seed"] == -300
-    assert table.seed_target("sac", "Pendulum-v1")["seed"] == -250
+        assert isinstance(target.value, float) and target.source
+    assert targets.target("ddpg", "Pendulum-v1").value == -300  # pyright: ignore
+    assert targets.target("sac", "Pendulum-v1").value == -250  # pyright: ignore
+    # The seed counts: MinAtar's pairs (and their variants' rows) train fewer.
+    assert targets.seeds("ppo", "Breakout-MinAtar") == targets.Seeds(4, 4, 2)
+    assert targets.seeds("ppo", "CartPole-v1") == targets.Seeds(8, 24, 4)
 
 
 def test_variants_apply_to_blocks_that_set_their_parameters():
