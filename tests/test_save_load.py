@@ -171,3 +171,43 @@ def test_scale_obs_rejects_what_it_cannot_scale():
     env = Unbounded(envs.make("probe/ConstantReward"))
     with pytest.raises(ValueError, match="use normalize_obs instead"):
         runners.validate(zoo.make("ppo", scale_obs=True), env, 2, 64)
+
+
+def test_an_agent_registered_outside_the_package_saves_and_loads(
+    tmp_path, getkey, monkeypatch
+):
+    from zoo import _agent
+
+    # The registry as it was, restored after the test.
+    monkeypatch.setattr(_agent, "AGENTS", dict(_agent.AGENTS))
+    monkeypatch.setattr(_agent, "DEFAULT_ENVS", dict(_agent.DEFAULT_ENVS))
+    monkeypatch.setattr("zoo._registry.AGENTS", _agent.AGENTS)
+    monkeypatch.setattr("zoo._registry.DEFAULT_ENVS", _agent.DEFAULT_ENVS)
+    monkeypatch.setattr("zoo._serialise.AGENTS", _agent.AGENTS)
+
+    @zoo.register("userq", default_env="Acrobot-v1")
+    class UserQ(zoo.DQN):  # pyright: ignore[reportGeneralTypeIssues]
+        pass
+
+    assert "userq" in zoo.names() and zoo.default_env("userq") == "Acrobot-v1"
+    env = envs.make("CartPole-v1")
+    agent = zoo.make("userq", hidden_sizes=(8,))
+    space = (env.observation_space, env.action_space)
+    state = agent.init(*space, key=getkey(), num_envs=1, total_steps=100)
+    zoo.save(tmp_path / "a.eqx", agent, state, *space)
+    loaded, loaded_state = zoo.load(tmp_path / "a.eqx")
+    assert type(loaded) is UserQ and loaded == agent
+    assert eqx.tree_equal(loaded_state, state)
+    # Without its registration, loading names the module to import.
+    del _agent.AGENTS["userq"]
+    with pytest.raises(ValueError, match=rf"'userq'.*import {__name__}"):
+        zoo.load(tmp_path / "a.eqx")
+    # Registration is checked: a taken name or class, a bad name, a non-agent.
+    with pytest.raises(ValueError, match="'dqn' is registered already"):
+        zoo.register("dqn")(UserQ)
+    with pytest.raises(ValueError, match="'DQN' is registered already"):
+        zoo.register("dqn2")(zoo.DQN)
+    with pytest.raises(ValueError, match="lower-case identifier"):
+        zoo.register("User-Q")(UserQ)
+    with pytest.raises(ValueError, match=r"not a subclass of zoo\.AbstractAgent"):
+        zoo.register("thing")(dict)  # pyright: ignore[reportArgumentType]
