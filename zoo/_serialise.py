@@ -120,14 +120,17 @@ def load(path: str | Path) -> tuple[AbstractAgent, PyTree]:
             for k, v in header["hparams"].items()
         }
         if header["agent"] not in AGENTS:
+            # An agent of the user's names its module; one of the zoo's that
+            # this equizoo lacks came from another version.
             where = header.get("module", "")
+            fix = (
+                f"import the module that registers it (`import {where}`) first"
+                if where and not where.startswith("zoo.")
+                else f"this equizoo's agents are {sorted(AGENTS)}"
+            )
             raise ValueError(
                 f"{str(path)!r} holds agent {header['agent']!r}, which is not "
-                f"registered: import the module that registers it (`import "
-                f"{where}`) before loading"
-                if where and not where.startswith("zoo.")
-                else f"{str(path)!r} holds agent {header['agent']!r}, which this "
-                f"equizoo does not have (agents: {sorted(AGENTS)})"
+                f"registered: {fix}"
             )
         agent = make(header["agent"], **hparams)
         template = eqx.filter_eval_shape(
