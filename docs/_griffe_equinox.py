@@ -96,8 +96,17 @@ class EquinoxInit(griffe.Extension):
         for field in dataclasses.fields(runtime):
             if not field.init:
                 continue
+            # A field may be declared in a base (the DQN family's, in
+            # AbstractQAgent): inherited members are searched too.
             attribute = cls.members.get(field.name)
+            if attribute is None:
+                try:
+                    attribute = cls.all_members.get(field.name)
+                except (griffe.AliasResolutionError, griffe.CyclicAliasError):
+                    attribute = None
             annotation = getattr(attribute, "annotation", None)
+            if annotation is None and isinstance(field.type, type):
+                annotation = field.type.__name__
             if field.default is not dataclasses.MISSING:
                 default = repr(field.default)
             elif field.default_factory is not dataclasses.MISSING:

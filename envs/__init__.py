@@ -6,7 +6,11 @@ from ._classic import (
     Pendulum as Pendulum,
     PendulumState as PendulumState,
 )
-from ._env import AbstractEnv as AbstractEnv, AbstractWrapper as AbstractWrapper
+from ._env import (
+    AbstractEnv as AbstractEnv,
+    AbstractTransparentWrapper as AbstractTransparentWrapper,
+    AbstractWrapper as AbstractWrapper,
+)
 from ._gymnax import GymnaxEnv as GymnaxEnv
 from ._multi_agent import (
     ALL_AGENTS as ALL_AGENTS,

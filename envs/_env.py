@@ -1,7 +1,7 @@
 """The environment protocol: pure `reset` and `step` with auto-reset."""
 
 import abc
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, final
 
 import equinox as eqx
 import jax
@@ -68,8 +68,13 @@ class AbstractEnv(eqx.Module, Generic[StateT]):
     def action_space(self) -> Space: ...
 
     @property
+    @abc.abstractmethod
     def name(self) -> str:
-        return type(self).__name__
+        """The env's name, as `envs.make` knows it (a custom env: any label)."""
+
+    # Whether `step` auto-resets around `step_env`: a base env's does; a
+    # wrapper's `step_env` is built on its inner env's `step`, which has.
+    auto_resets: ClassVar[bool] = True
 
     def reset(self, key: PRNGKeyArray) -> tuple[Observation, StateT]:
         """**Returns:** `(obs, state)` for a new episode."""
@@ -82,7 +87,7 @@ class AbstractEnv(eqx.Module, Generic[StateT]):
         episode ended, `obs` and `state` already belong to the next episode and
         `info["final_observation"]` holds the observation the episode ended on.
         """
-        if isinstance(self, AbstractWrapper):
+        if not self.auto_resets:
             # Built on the inner env's `step`: the episode has been reset below,
             # once, and state the wrapper keeps across episodes is left alone.
             return self.step_env(key, state, action)
@@ -121,31 +126,37 @@ class AbstractWrapper(AbstractEnv[StateT]):
     own state, if any, holds the inner env's state as a field. `AbstractEnv.step`
     returns what the wrapper's `step_env` returns.
 
-    **Forwarding.** `name`, `observation_space` and `action_space` are those of
-    `env`, so a wrapper that changes neither space implements only `reset_env` and
-    `step_env`. The spaces, abstract in `AbstractEnv`, are implemented here as
-    defaults: a wrapper that changes what the env emits or accepts implements the
-    space it changes itself (as `FlattenObservation` does for
-    `observation_space`; `MaskObservation`, which makes a differently named
-    env, also `name`), and those are the only members of its bases a concrete
-    wrapper implements again. `reset` and `step` are never overridden.
+    **Forwarding.** `action_space` is that of `env` (no wrapper changes it);
+    `name` and `observation_space` are implemented by each wrapper, or
+    forwarded by subclassing `AbstractTransparentWrapper`. `reset` and `step`
+    are never overridden.
 
     Concrete wrappers are final and declare `env: AbstractEnv` as a field.
     """
 
     env: eqx.AbstractVar[AbstractEnv]
+    auto_resets: ClassVar[bool] = False
 
     @property
+    @final
+    def action_space(self) -> Space:
+        return self.env.action_space
+
+
+class AbstractTransparentWrapper(AbstractWrapper[StateT]):
+    """A wrapper that keeps its env's name and observation space, changing only
+    what happens in `reset_env` and `step_env` (`EpisodeStatistics`,
+    `ClipAction`, `StickyActions`)."""
+
+    @property
+    @final
     def name(self) -> str:
         return self.env.name
 
     @property
+    @final
     def observation_space(self) -> Space:
         return self.env.observation_space
-
-    @property
-    def action_space(self) -> Space:
-        return self.env.action_space
 
 
 def _select(pred: Bool[Array, ""], on_true: PyTree, on_false: PyTree) -> PyTree:

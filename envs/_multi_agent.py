@@ -72,8 +72,9 @@ class AbstractMultiAgentEnv(eqx.Module, Generic[StateT]):
         terminated, truncated, info)`, the flags per agent."""
 
     @property
+    @abc.abstractmethod
     def name(self) -> str:
-        return type(self).__name__
+        """The env's name, as `envs.make_multi` knows it."""
 
     @property
     def homogeneous(self) -> bool:

@@ -12,7 +12,14 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray, Shaped
 
-from ._env import AbstractEnv, AbstractWrapper, Action, Observation, StepResult
+from ._env import (
+    AbstractEnv,
+    AbstractTransparentWrapper,
+    AbstractWrapper,
+    Action,
+    Observation,
+    StepResult,
+)
 from ._spaces import Box, Discrete
 
 
@@ -27,7 +34,7 @@ class EpisodeStatisticsState(eqx.Module):
 
 
 @final
-class EpisodeStatistics(AbstractWrapper[EpisodeStatisticsState]):
+class EpisodeStatistics(AbstractTransparentWrapper[EpisodeStatisticsState]):
     """Tracks the return and length of the running episode.
 
     When an episode ends, `info["episode_return"]` and `info["episode_length"]` hold
@@ -75,6 +82,10 @@ class FlattenObservation(AbstractWrapper[Any]):
     env: AbstractEnv
 
     @property
+    def name(self) -> str:
+        return self.env.name
+
+    @property
     def observation_space(self) -> Box:
         space = self.env.observation_space
         size = int(np.prod(space.shape))
@@ -99,7 +110,7 @@ def _flat(obs: Observation) -> Float[Array, " n"]:
 
 
 @final
-class ClipAction(AbstractWrapper[Any]):
+class ClipAction(AbstractTransparentWrapper[Any]):
     """Clips continuous actions to the bounds of the action space.
 
     **Raises:** `ValueError` when created around an env whose action space is not
@@ -134,7 +145,7 @@ class StickyActionsState(eqx.Module):
 
 
 @final
-class StickyActions(AbstractWrapper[StickyActionsState]):
+class StickyActions(AbstractTransparentWrapper[StickyActionsState]):
     """With probability `prob`, the env executes the previous action instead of
     the one given: MinAtar's sticky actions (Young & Tian, 2019), the protocol of
     the MinAtar paper's figures (`prob=0.1`).

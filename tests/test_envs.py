@@ -182,7 +182,7 @@ def test_clip_action(getkey):
 
 
 @final
-class _StepCounter(envs.AbstractWrapper[tuple]):
+class _StepCounter(envs.AbstractTransparentWrapper[tuple]):
     """Counts every step across episodes: state that must survive auto-resets."""
 
     env: envs.AbstractEnv
@@ -284,6 +284,7 @@ def test_reset_and_step_are_written_once():
     wrappers = {c for c in classes if issubclass(c, envs.AbstractWrapper)}
     assert wrappers == {
         envs.AbstractWrapper,
+        envs.AbstractTransparentWrapper,
         envs.ClipAction,
         envs.EpisodeStatistics,
         envs.FlattenObservation,
@@ -321,6 +322,8 @@ def test_probes_follow_the_protocol(name, getkey):
 class _Endless(envs.AbstractEnv[jax.Array]):
     """Three actions, one observation, episodes that never end: every step's
     previous action is the one executed just before it."""
+
+    name = "Endless"
 
     def reset_env(self, key):
         return jnp.zeros(1), jnp.array(0)

@@ -157,6 +157,7 @@ def test_scale_obs_rejects_what_it_cannot_scale():
 
     class Unbounded(envs.AbstractWrapper):
         env: envs.AbstractEnv
+        name = "Unbounded"
 
         @property
         def observation_space(self):

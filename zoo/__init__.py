@@ -3,6 +3,8 @@
 from ._a2c import A2C as A2C, A2CState as A2CState
 from ._agent import (
     AbstractAgent as AbstractAgent,
+    AbstractMemorylessAgent as AbstractMemorylessAgent,
+    AbstractRecurrentAgent as AbstractRecurrentAgent,
     AbstractState as AbstractState,
     register as register,
     scaled_stats as scaled_stats,
@@ -28,6 +30,7 @@ from ._multi_agent import (
 from ._networks import (
     RECURRENT as RECURRENT,
     TORSOS as TORSOS,
+    AbstractActor as AbstractActor,
     Critic as Critic,
     DeterministicActor as DeterministicActor,
     DiscreteActor as DiscreteActor,
@@ -44,6 +47,7 @@ from ._networks import (
 )
 from ._normalize import RunningStats as RunningStats
 from ._off_policy import (
+    AbstractContinuousAgent as AbstractContinuousAgent,
     AbstractOffPolicyAgent as AbstractOffPolicyAgent,
     AbstractOffPolicyState as AbstractOffPolicyState,
     scale_action as scale_action,
@@ -51,6 +55,7 @@ from ._off_policy import (
 )
 from ._on_policy import (
     AbstractActorCritic as AbstractActorCritic,
+    AbstractRolloutAgent as AbstractRolloutAgent,
     ActorCriticState as ActorCriticState,
     episode_starts as episode_starts,
     gae as gae,
@@ -71,7 +76,11 @@ from ._prioritized import (
     PrioritizedReplayState as PrioritizedReplayState,
     SumTree as SumTree,
 )
-from ._q_learning import AbstractQAgent as AbstractQAgent, QState as QState
+from ._q_learning import (
+    AbstractEpsilonGreedyAgent as AbstractEpsilonGreedyAgent,
+    AbstractQAgent as AbstractQAgent,
+    QState as QState,
+)
 from ._qrdqn import QRDQN as QRDQN, quantile_huber_loss as quantile_huber_loss
 from ._registry import (
     AGENTS as AGENTS,
@@ -80,6 +89,14 @@ from ._registry import (
     make as make,
     names as names,
 )
-from ._sac import SAC as SAC, SACState as SACState
+from ._sac import (
+    SAC as SAC,
+    AbstractSoftActorCritic as AbstractSoftActorCritic,
+    SACState as SACState,
+)
 from ._serialise import load as load, save as save
-from ._td3 import TD3 as TD3, TD3State as TD3State
+from ._td3 import (
+    TD3 as TD3,
+    AbstractDeterministicAgent as AbstractDeterministicAgent,
+    TD3State as TD3State,
+)

@@ -8,7 +8,9 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Int, PRNGKeyArray
 
-from ._agent import Metrics, adam_optimizer, register
+from envs import Space
+
+from ._agent import Metrics, adam_optimizer, clipped, register
 from ._memory import RolloutState
 from ._on_policy import (
     AbstractActorCritic,
@@ -78,6 +80,10 @@ class A2C(AbstractActorCritic):
                 f"A2C: learning_rate must be positive, got {self.learning_rate}"
             )
 
+    def check(self, obs_space: Space, action_space: Space, num_envs: int) -> None:
+        """A2C takes one gradient step on the whole rollout: it trains on any
+        discrete or Box action space, with any number of envs."""
+
     def make_optimizer(self, horizon: Int[Array, ""]) -> optax.GradientTransformation:
         if self.optimizer == "adam":
             return adam_optimizer(
@@ -86,15 +92,11 @@ class A2C(AbstractActorCritic):
                 anneal_horizon=horizon if self.anneal_lr else None,
                 eps=self.eps,
             )
-        chain = [
-            optax.clip_by_global_norm(self.max_grad_norm),
+        return clipped(
             optax.rmsprop(self.learning_rate, decay=self.rmsprop_decay, eps=self.eps),
-        ]
-        if self.anneal_lr:
-            chain.append(
-                optax.scale_by_schedule(lambda n: jnp.maximum(1.0 - n / horizon, 0.0))
-            )
-        return optax.flatten(optax.chain(*chain))  # as adam_optimizer, and why
+            self.max_grad_norm,
+            anneal_horizon=horizon if self.anneal_lr else None,
+        )
 
     def steps_per_rollout(self) -> int:
         return 1

@@ -2,7 +2,7 @@
 
 import abc
 from collections.abc import Callable
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, final
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -53,9 +53,9 @@ class AbstractAgent(eqx.Module, Generic[S]):
     normalize_obs: eqx.AbstractVar[bool]
     scale_obs: eqx.AbstractVar[bool]
     torso: eqx.AbstractVar[str]
-    # Whether `torso` may be recurrent ("gru", "lstm"): the agent then has a
-    # `cell_size`, implements `initial_carry` and `act_step`, and learns
-    # from sequences.
+    # Whether `torso` may be recurrent ("gru", "lstm"): true for the
+    # subclasses of `AbstractRecurrentAgent`, which have a `cell_size` and
+    # learn from sequences.
     supports_recurrence: ClassVar[bool] = False
 
     @property
@@ -91,6 +91,7 @@ class AbstractAgent(eqx.Module, Generic[S]):
         if self.scale_obs:
             scaled_stats(obs_space, who=type(self).__name__)
 
+    @abc.abstractmethod
     def check(self, obs_space: Space, action_space: Space, num_envs: int) -> None:
         """Raise `ValueError` if this agent cannot train on these spaces with
         `num_envs` parallel envs. Called before anything is compiled."""
@@ -119,12 +120,13 @@ class AbstractAgent(eqx.Module, Generic[S]):
     ) -> tuple[Shaped[Array, "..."], Extras]:
         """Action for one observation, and extras for the memory (callers vmap)."""
 
+    @abc.abstractmethod
     def initial_carry(self) -> PyTree:
         """The recurrent carry of one env at an episode's start (a recurrent
         torso's hidden state); `()` for a memoryless agent, which then costs
         nothing anywhere the carry goes."""
-        return ()
 
+    @abc.abstractmethod
     def act_step(
         self,
         state: S,
@@ -137,9 +139,8 @@ class AbstractAgent(eqx.Module, Generic[S]):
         """`act` with the env's recurrent carry, as Equinox's cells take theirs:
         it goes in and the next one comes back out, `(action, extras, carry)`.
         The runners call this; a memoryless agent's is its `act`, the carry
-        (`()`) passed through. A recurrent agent implements it."""
-        action, extras = self.act(state, obs, key=key, greedy=greedy)
-        return action, extras, carry
+        (`()`) passed through (`AbstractMemorylessAgent`, `AbstractRecurrentAgent`
+        implement it)."""
 
     @abc.abstractmethod
     def update(
@@ -174,6 +175,73 @@ class AbstractAgent(eqx.Module, Generic[S]):
         if self.scale_obs:
             return scaled_stats(obs_space, who=type(self).__name__)
         return RunningStats.zeros(obs_space.shape)
+
+
+class AbstractMemorylessAgent(AbstractAgent[S], Generic[S]):
+    """An agent without a recurrent carry (`torso` is never "gru" or "lstm"):
+    its carry is `()` and `act_step` is `act`."""
+
+    @final
+    def initial_carry(self) -> PyTree:
+        return ()
+
+    @final
+    def act_step(
+        self,
+        state: S,
+        carry: PyTree,
+        obs: Shaped[Array, "..."],
+        *,
+        key: PRNGKeyArray,
+        greedy: bool = False,
+    ) -> tuple[Shaped[Array, "..."], Extras, PyTree]:
+        action, extras = self.act(state, obs, key=key, greedy=greedy)
+        return action, extras, carry
+
+
+class AbstractRecurrentAgent(AbstractAgent[S], Generic[S]):
+    """An agent that may take a recurrent torso (`torso="gru"` or `"lstm"`, a
+    cell of `cell_size` units): memoryless, `act_step` is `act`; recurrent, it
+    is `recurrent_act`, and the agent learns from sequences."""
+
+    cell_size: eqx.AbstractVar[int]
+    supports_recurrence: ClassVar[bool] = True
+
+    def __check_init__(self):
+        size = self.cell_size
+        if self.recurrent and (type(size) is not int or size <= 0):
+            raise ValueError(
+                f"{type(self).__name__}: cell_size (the {self.torso} cell's hidden "
+                f"size) must be a positive integer, got {size!r}"
+            )
+
+    @abc.abstractmethod
+    def recurrent_act(
+        self,
+        state: S,
+        carry: PyTree,
+        obs: Shaped[Array, "..."],
+        *,
+        key: PRNGKeyArray,
+        greedy: bool = False,
+    ) -> tuple[Shaped[Array, "..."], Extras, PyTree]:
+        """`act_step` of a recurrent torso: the action, the extras the memory
+        keeps (the carry the step started from, at least) and the next carry."""
+
+    @final
+    def act_step(
+        self,
+        state: S,
+        carry: PyTree,
+        obs: Shaped[Array, "..."],
+        *,
+        key: PRNGKeyArray,
+        greedy: bool = False,
+    ) -> tuple[Shaped[Array, "..."], Extras, PyTree]:
+        if self.recurrent:
+            return self.recurrent_act(state, carry, obs, key=key, greedy=greedy)
+        action, extras = self.act(state, obs, key=key, greedy=greedy)
+        return action, extras, carry
 
 
 # Every agent `zoo.make` builds, by name, and the env each trains on when a
@@ -236,14 +304,23 @@ def adam_optimizer(
     anneal_horizon: Int[Array, ""] | None = None,
     eps: float = 1e-8,
 ) -> optax.GradientTransformation:
-    """Global-norm clipping then Adam; with `anneal_horizon`, the step size decays
-    linearly to zero over that many updates. The horizon is an array (kept in the
-    agent state), so that a saved state loads into a template built for any run
-    length."""
-    chain = [
-        optax.clip_by_global_norm(max_grad_norm),
-        optax.adam(learning_rate, eps=eps),
-    ]
+    """Global-norm clipping then Adam (`clipped`)."""
+    return clipped(
+        optax.adam(learning_rate, eps=eps), max_grad_norm, anneal_horizon=anneal_horizon
+    )
+
+
+def clipped(
+    optimizer: optax.GradientTransformation,
+    max_grad_norm: float | Float[Array, ""],
+    *,
+    anneal_horizon: Int[Array, ""] | None = None,
+) -> optax.GradientTransformation:
+    """Global-norm clipping then `optimizer`; with `anneal_horizon`, the step
+    size decays linearly to zero over that many updates. The horizon is an
+    array (kept in the agent state), so that a saved state loads into a template
+    built for any run length."""
+    chain = [optax.clip_by_global_norm(max_grad_norm), optimizer]
     if anneal_horizon is not None:
         horizon = anneal_horizon
         chain.append(
@@ -301,17 +378,6 @@ def refuse_act(agent: "AbstractAgent") -> None:
             f"{type(agent).__name__}(torso={agent.torso!r}) is recurrent: act with "
             "act_step(state, carry, obs, key=..., greedy=...), starting from "
             "agent.initial_carry() (runners.evaluate and experiments do)"
-        )
-
-
-def check_cell_size(agent: "AbstractAgent") -> None:
-    """A `ValueError` unless a recurrent agent's `cell_size` is a positive
-    integer."""
-    size = agent.cell_size  # pyright: ignore[reportAttributeAccessIssue]
-    if agent.recurrent and (type(size) is not int or size <= 0):
-        raise ValueError(
-            f"{type(agent).__name__}: cell_size (the {agent.torso} cell's hidden "
-            f"size) must be a positive integer, got {size!r}"
         )
 
 

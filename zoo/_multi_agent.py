@@ -66,11 +66,12 @@ class AbstractLearners(eqx.Module):
     ) -> tuple[dict[str, Array], dict[str, PyTree]]:
         """Every agent's action in every env, and extras for the memory."""
 
+    @abc.abstractmethod
     def initial_carry(self) -> PyTree:
         """The recurrent carry of one env at an episode's start: `()` for
         memoryless agents, else `{agent_name: carry}`."""
-        return ()
 
+    @abc.abstractmethod
     def act_step(
         self,
         state: PyTree,
@@ -80,9 +81,8 @@ class AbstractLearners(eqx.Module):
         key: PRNGKeyArray,
         greedy: bool = False,
     ) -> tuple[dict[str, Array], dict[str, PyTree], PyTree]:
-        """`act` with the carry passed through (see `AbstractAgent.act_step`)."""
-        actions, extras = self.act(state, obs, key=key, greedy=greedy)
-        return actions, extras, carry
+        """`act` with every agent's recurrent carry (see
+        `AbstractAgent.act_step`)."""
 
     @abc.abstractmethod
     def init_memory(self, example: dict[str, Transition], num_envs: int) -> PyTree:
@@ -211,7 +211,8 @@ class Independent(AbstractLearners):
 
     def act_step(self, state, carry, obs, *, key, greedy=False):
         if not any(a.recurrent for a in self.agents.values()):
-            return super().act_step(state, carry, obs, key=key, greedy=greedy)
+            actions, extras = self.act(state, obs, key=key, greedy=greedy)
+            return actions, extras, carry
         actions, extras, carries = {}, {}, {}
         for name, k in self._keys(key).items():
             agent, o = self.agents[name], obs[name]
@@ -362,7 +363,8 @@ class Shared(AbstractLearners):
 
     def act_step(self, state, carry, obs, *, key, greedy=False):
         if not self.agent.recurrent:
-            return super().act_step(state, carry, obs, key=key, greedy=greedy)
+            actions, extras = self.act(state, obs, key=key, greedy=greedy)
+            return actions, extras, carry
         names = sorted(obs)
         flat = self._stack(self._with_id(obs), 0)
         actions, extras, carry = jax.vmap(

@@ -6,6 +6,7 @@ the observation space it was built for, at trace time, so that a wrong-shaped
 observation fails with a readable message instead of a matmul shape error.
 """
 
+import abc
 from collections.abc import Callable, Sequence
 from typing import TypeVar, final
 
@@ -493,8 +494,52 @@ class Critic(eqx.Module):
         return self.head(x)[0]
 
 
+class AbstractActor(eqx.Module):
+    """A policy network: a torso (memoryless or recurrent) and a linear head
+    whose small initial gain keeps the first policy close to uniform (or to
+    zero mean). What the head's output means is `output`: the logits of
+    `DiscreteActor`, the mean (and a learnt log standard deviation) of
+    `GaussianActor`."""
+
+    torso: eqx.AbstractVar[Torso | RecurrentTorso]
+    head: eqx.AbstractVar[eqx.nn.Linear]
+
+    @abc.abstractmethod
+    def output(self, h: Float[Array, " out"]) -> PyTree:
+        """The policy's parameters from the head's output `h`."""
+
+    def __call__(self, obs: Shaped[Array, "..."]) -> PyTree:
+        return self.output(self.head(self.torso(obs)))
+
+    def step(self, carry: PyTree, obs: Shaped[Array, "..."]) -> tuple[PyTree, PyTree]:
+        """`(output, carry)` through a recurrent torso's carry."""
+        x, carry = self.torso.step(carry, obs)
+        return self.output(self.head(x)), carry
+
+    def from_features(self, x: Float[Array, " features"]) -> PyTree:
+        """The policy's parameters from the torso's features `x`."""
+        return self.output(self.head(x))
+
+
+def _actor_parts(
+    obs_shape: tuple[int, ...],
+    out: int,
+    hidden_sizes: Sequence[int],
+    activation: str,
+    torso: str,
+    cell_size: int | None,
+    key: PRNGKeyArray,
+) -> tuple[Torso | RecurrentTorso, eqx.nn.Linear]:
+    k1, k2 = jr.split(key)
+    body = make_torso(
+        obs_shape, hidden_sizes, activation, kind=torso, cell_size=cell_size, key=k1
+    )
+    # A small final gain keeps the initial policy close to uniform.
+    return body, _linear(body.out_size, out, 0.01, key=k2)
+
+
 @final
-class DiscreteActor(eqx.Module):
+class DiscreteActor(AbstractActor):
     """Logits of a categorical policy."""
 
     torso: Torso | RecurrentTorso
@@ -511,33 +556,16 @@ class DiscreteActor(eqx.Module):
         cell_size: int | None = None,
         key: PRNGKeyArray,
     ):
-        k1, k2 = jr.split(key)
-        self.torso = make_torso(
-            obs_shape,
-            hidden_sizes,
-            activation,
-            kind=torso,
-            cell_size=cell_size,
-            key=k1,
+        self.torso, self.head = _actor_parts(
+            obs_shape, num_actions, hidden_sizes, activation, torso, cell_size, key
         )
-        # A small final gain keeps the initial policy close to uniform.
-        self.head = _linear(self.torso.out_size, num_actions, 0.01, key=k2)
 
-    def __call__(self, obs: Shaped[Array, "..."]) -> Float[Array, " actions"]:
-        return self.head(self.torso(obs))
-
-    def step(self, carry: PyTree, obs: Shaped[Array, "..."]) -> tuple[Array, PyTree]:
-        """`(logits, carry)` through a recurrent torso's carry."""
-        x, carry = self.torso.step(carry, obs)
-        return self.head(x), carry
-
-    def from_features(self, x: Float[Array, " features"]) -> Float[Array, " actions"]:
-        """The logits from the torso's features `x`."""
-        return self.head(x)
+    def output(self, h: Float[Array, " actions"]) -> Float[Array, " actions"]:
+        return h
 
 
 @final
-class GaussianActor(eqx.Module):
+class GaussianActor(AbstractActor):
     """Mean and log standard deviation of a diagonal Gaussian policy; the log
     standard deviation is a state-independent parameter."""
 
@@ -557,33 +585,15 @@ class GaussianActor(eqx.Module):
         cell_size: int | None = None,
         key: PRNGKeyArray,
     ):
-        k1, k2 = jr.split(key)
-        self.torso = make_torso(
-            obs_shape,
-            hidden_sizes,
-            activation,
-            kind=torso,
-            cell_size=cell_size,
-            key=k1,
+        self.torso, self.head = _actor_parts(
+            obs_shape, action_dim, hidden_sizes, activation, torso, cell_size, key
         )
-        self.head = _linear(self.torso.out_size, action_dim, 0.01, key=k2)
         self.log_std = jnp.full((action_dim,), log_std_init, dtype=jnp.float32)
 
-    def __call__(
-        self, obs: Shaped[Array, "..."]
+    def output(
+        self, h: Float[Array, " action_dim"]
     ) -> tuple[Float[Array, " action_dim"], Float[Array, " action_dim"]]:
-        return self.head(self.torso(obs)), self.log_std
-
-    def step(self, carry: PyTree, obs: Shaped[Array, "..."]) -> tuple[tuple, PyTree]:
-        """`((mean, log_std), carry)` through a recurrent torso's carry."""
-        x, carry = self.torso.step(carry, obs)
-        return (self.head(x), self.log_std), carry
-
-    def from_features(
-        self, x: Float[Array, " features"]
-    ) -> tuple[Float[Array, " action_dim"], Float[Array, " action_dim"]]:
-        """`(mean, log_std)` from the torso's features `x`."""
-        return self.head(x), self.log_std
+        return h, self.log_std
 
 
 @final

@@ -9,7 +9,7 @@ importance exponent, and the env-step counter behind schedules.
 """
 
 import abc
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, final
 
 import equinox as eqx
 import jax
@@ -20,7 +20,14 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 
 from envs import Box, Space
 
-from ._agent import AbstractAgent, AbstractState, Metrics, check_positive
+from ._agent import (
+    AbstractAgent,
+    AbstractMemorylessAgent,
+    AbstractState,
+    Metrics,
+    adam_optimizer,
+    check_positive,
+)
 from ._memory import AbstractReplay, Replay, Sample
 from ._networks import QCritic, ensemble_q
 from ._prioritized import PrioritizedReplay
@@ -134,15 +141,21 @@ class AbstractOffPolicyAgent(AbstractAgent[S], Generic[S]):
         return jnp.array(max(learning, 1) * self.gradient_steps, jnp.int32)
 
     @property
+    @abc.abstractmethod
     def window(self) -> int:
-        """Consecutive steps per env a sample reads: `n_step` (a recurrent
-        agent's sequence is longer). Learning waits until that many are
-        stored."""
-        return self.n_step
+        """Consecutive steps per env a sample reads (`n_step` for transitions;
+        a recurrent agent's sequences are longer). Learning waits until that
+        many are stored."""
 
+    @abc.abstractmethod
     def draw(self, state: S, memory: PyTree, *, key: PRNGKeyArray) -> Sample:
-        """A minibatch for `learn`: `batch_size` n-step transitions (a
-        recurrent agent draws sequences instead)."""
+        """A minibatch for `learn`: `batch_size` n-step transitions
+        (`draw_transitions`), or sequences for a recurrent agent."""
+
+    def draw_transitions(
+        self, state: S, memory: PyTree, *, key: PRNGKeyArray
+    ) -> Sample:
+        """`batch_size` n-step transitions, prioritised or uniform."""
         return self.memory.sample(
             memory,
             self.batch_size,
@@ -215,6 +228,33 @@ class AbstractOffPolicyAgent(AbstractAgent[S], Generic[S]):
         )
         memory = self.memory.join(stored, written)
         return state, memory, {**metrics, **self.schedule_metrics(state)}
+
+
+class AbstractContinuousAgent(AbstractOffPolicyAgent[S], AbstractMemorylessAgent[S]):
+    """An off-policy actor-critic on a `Box` action space with finite bounds
+    (SAC, TD3, DDPG): memoryless, it learns from n-step transitions, its actor
+    and critics with one Adam optimizer each (`optimizer`)."""
+
+    learning_rate: eqx.AbstractVar[float]
+    max_grad_norm: eqx.AbstractVar[float]
+
+    @final
+    def check(self, obs_space: Space, action_space: Space, num_envs: int) -> None:
+        check_box(self, action_space, squashed=True)
+        self.check_replay(num_envs)
+
+    @property
+    @final
+    def window(self) -> int:
+        return self.n_step
+
+    @final
+    def draw(self, state: S, memory: PyTree, *, key: PRNGKeyArray) -> Sample:
+        return self.draw_transitions(state, memory, key=key)
+
+    def optimizer(self) -> optax.GradientTransformation:
+        """Adam with global-norm clipping, for the actor and for the critics."""
+        return adam_optimizer(self.learning_rate, self.max_grad_norm)
 
 
 def check_box(agent: eqx.Module, action_space: Space, *, squashed: bool) -> Box:

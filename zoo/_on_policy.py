@@ -7,7 +7,7 @@ on a rollout; PQN shares `minibatch_epochs`.
 
 import abc
 from collections.abc import Callable
-from typing import Any, final
+from typing import Any, Generic, TypeVar, final
 
 import equinox as eqx
 import jax
@@ -19,7 +19,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree, Shaped
 from envs import Box, Discrete, Space
 
 from . import _distributions as dist
-from ._agent import AbstractAgent, AbstractState, Extras, check_cell_size, refuse_act
+from ._agent import AbstractRecurrentAgent, AbstractState, Extras, refuse_act
 from ._memory import Rollout, RolloutState, Transition
 from ._networks import Critic, DiscreteActor, GaussianActor, initial_cell_carry
 from ._normalize import RunningStats
@@ -79,57 +79,9 @@ def minibatch_epochs(
     return carry, jax.tree.map(jnp.mean, metrics)
 
 
-def check_minibatches(agent: eqx.Module, num_envs: int) -> None:
-    """A `ValueError` unless a rollout of `num_envs * agent.num_steps`
-    transitions splits into `agent.num_minibatches` equal minibatches (for a
-    recurrent agent, its sequences do)."""
-    steps, minibatches = agent.num_steps, agent.num_minibatches  # pyright: ignore
-    if getattr(agent, "recurrent", False):
-        length = sequence_length(agent)
-        count = num_envs * steps // length
-        if count % minibatches:
-            raise ValueError(
-                f"{type(agent).__name__}: the rollout's num_envs * num_steps / "
-                f"sequence_length = {num_envs} * {steps} / {length} = {count} "
-                f"sequences do not split into num_minibatches={minibatches} equal "
-                "minibatches (a recurrent agent's minibatches are whole sequences); "
-                "choose num_envs, sequence_length or num_minibatches to match."
-            )
-        return
-    batch = num_envs * steps
-    if batch % minibatches:
-        raise ValueError(
-            f"{type(agent).__name__}: the rollout of num_envs * num_steps = "
-            f"{num_envs} * {steps} = {batch} transitions does not split into "
-            f"num_minibatches={minibatches} equal minibatches; choose values "
-            "whose product is divisible by num_minibatches."
-        )
-
-
 def flatten_rollout(tree: PyTree) -> PyTree:
     """Merge the `[num_steps, num_envs]` axes of every leaf into one."""
     return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), tree)
-
-
-def sequence_length(agent: eqx.Module) -> int:
-    """A recurrent agent's training sequence length: its `sequence_length`, or
-    the whole rollout (`num_steps`) when that is `None`."""
-    length = getattr(agent, "sequence_length", None)
-    return agent.num_steps if length is None else length  # pyright: ignore
-
-
-def check_sequence_length(agent: eqx.Module) -> None:
-    """A `ValueError` unless `sequence_length` is `None` or a positive divisor
-    of `num_steps`."""
-    length, steps = getattr(agent, "sequence_length", None), agent.num_steps  # pyright: ignore
-    if length is None:
-        return
-    if type(length) is not int or length <= 0 or steps % length:
-        raise ValueError(
-            f"{type(agent).__name__}: sequence_length={length!r} does not divide the "
-            f"rollout of num_steps={steps}; choose a positive divisor of num_steps "
-            "(or None for whole rollouts)"
-        )
 
 
 def episode_starts(traj: Transition, axis: int = 0) -> Bool[Array, "..."]:
@@ -178,6 +130,66 @@ def unroll(
     return outputs, carries
 
 
+S = TypeVar("S", bound=AbstractState)
+
+
+class AbstractRolloutAgent(AbstractRecurrentAgent[S], Generic[S]):
+    """An agent that learns from each rollout of `num_steps` steps per env
+    (PPO, A2C, PQN); a recurrent one from its sequences of `sequence_length`
+    steps (`None`: the whole rollout)."""
+
+    sequence_length: eqx.AbstractVar[int | None]
+
+    def __check_init__(self):
+        length, steps = self.sequence_length, self.num_steps
+        if length is None:
+            return
+        if type(length) is not int or length <= 0 or steps % length:
+            raise ValueError(
+                f"{type(self).__name__}: sequence_length={length!r} does not divide "
+                f"the rollout of num_steps={steps}; choose a positive divisor of "
+                "num_steps (or None for whole rollouts)"
+            )
+
+    @property
+    def memory(self) -> Rollout:
+        return Rollout(self.num_steps)
+
+    @property
+    def training_length(self) -> int:
+        """A recurrent agent's training sequence length: `sequence_length`, or
+        the whole rollout (`num_steps`) when that is `None`."""
+        length = self.sequence_length
+        return self.num_steps if length is None else length
+
+    def check_minibatches(self, num_envs: int, minibatches: int) -> None:
+        """A `ValueError` unless a rollout of `num_envs * num_steps`
+        transitions splits into `minibatches` equal minibatches (for a
+        recurrent agent, its sequences do)."""
+        name, steps = type(self).__name__, self.num_steps
+        if self.recurrent:
+            length = self.training_length
+            count = num_envs * steps // length
+            if count % minibatches:
+                raise ValueError(
+                    f"{name}: the rollout's num_envs * num_steps / "
+                    f"sequence_length = {num_envs} * {steps} / {length} = {count} "
+                    f"sequences do not split into num_minibatches={minibatches} "
+                    "equal minibatches (a recurrent agent's minibatches are whole "
+                    "sequences); choose num_envs, sequence_length or "
+                    "num_minibatches to match."
+                )
+            return
+        batch = num_envs * steps
+        if batch % minibatches:
+            raise ValueError(
+                f"{name}: the rollout of num_envs * num_steps = "
+                f"{num_envs} * {steps} = {batch} transitions does not split into "
+                f"num_minibatches={minibatches} equal minibatches; choose values "
+                "whose product is divisible by num_minibatches."
+            )
+
+
 @final
 class ActorCriticState(AbstractState):
     """The learnt state of PPO and A2C."""
@@ -192,7 +204,7 @@ class ActorCriticState(AbstractState):
     action_space: Space = eqx.field(static=True)
 
 
-class AbstractActorCritic(AbstractAgent[ActorCriticState]):
+class AbstractActorCritic(AbstractRolloutAgent[ActorCriticState]):
     """A policy and a value function learnt from each rollout, with GAE
     advantages: discrete (categorical) or continuous (Gaussian) actions."""
 
@@ -203,10 +215,7 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
     log_std_init: eqx.AbstractVar[float]
     hidden_sizes: eqx.AbstractVar[tuple[int, ...]]
     activation: eqx.AbstractVar[str]
-    cell_size: eqx.AbstractVar[int]
-    sequence_length: eqx.AbstractVar[int | None]
     shared_torso: eqx.AbstractVar[bool]
-    supports_recurrence = True
 
     @abc.abstractmethod
     def make_optimizer(self, horizon: Int[Array, ""]) -> optax.GradientTransformation:
@@ -217,10 +226,6 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
     def steps_per_rollout(self) -> int:
         """Optimizer steps taken on each rollout."""
 
-    @property
-    def memory(self) -> Rollout:
-        return Rollout(self.num_steps)
-
     def __check_init__(self):
         name = type(self).__name__
         if self.num_steps <= 0:
@@ -229,8 +234,6 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
             )
         if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
             raise ValueError(f"{name}: gamma and gae_lambda must be in [0, 1]")
-        check_cell_size(self)
-        check_sequence_length(self)
 
     def init(
         self,
@@ -362,7 +365,7 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
         if not self.recurrent:
             return flatten_rollout((traj, advantages, returns))
         starts = episode_starts(traj)
-        return to_sequences((traj, advantages, returns, starts), sequence_length(self))
+        return to_sequences((traj, advantages, returns, starts), self.training_length)
 
     def initial_carry(self) -> PyTree:
         """The actor's and the critic's cell carries (zeros) for a recurrent
@@ -390,7 +393,7 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
             out = state.actor(obs)
         return self._decide(state, out, value, key=key, greedy=greedy)
 
-    def act_step(
+    def recurrent_act(
         self,
         state: ActorCriticState,
         carry: PyTree,
@@ -399,8 +402,6 @@ class AbstractActorCritic(AbstractAgent[ActorCriticState]):
         key: PRNGKeyArray,
         greedy: bool = False,
     ) -> tuple[Shaped[Array, "..."], Extras, PyTree]:
-        if not self.recurrent:
-            return super().act_step(state, carry, obs, key=key, greedy=greedy)
         obs = self.preprocess(state, obs)
         if self.shared_torso:
             x, actor_carry = state.actor.torso.step(carry[0], obs)

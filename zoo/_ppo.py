@@ -14,7 +14,6 @@ from ._memory import RolloutState, Transition
 from ._on_policy import (
     AbstractActorCritic,
     ActorCriticState,
-    check_minibatches,
     explained_variance,
     gae as gae,
     minibatch_epochs,
@@ -83,7 +82,7 @@ class PPO(AbstractActorCritic):
         check_positive(self, "num_epochs", "num_minibatches", "clip_eps")
 
     def check(self, obs_space: Space, action_space: Space, num_envs: int) -> None:
-        check_minibatches(self, num_envs)
+        self.check_minibatches(num_envs, self.num_minibatches)
 
     def make_optimizer(self, horizon: Int[Array, ""]) -> optax.GradientTransformation:
         return adam_optimizer(

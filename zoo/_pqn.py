@@ -5,36 +5,23 @@ from typing import final
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import optax
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree, Shaped
 
 from envs import Discrete, Space
 
-from ._agent import (
-    AbstractAgent,
-    AbstractState,
-    Extras,
-    Metrics,
-    adam_optimizer,
-    check_cell_size,
-    check_positive,
-    refuse_act,
-    register,
-)
-from ._memory import Rollout, RolloutState
-from ._networks import QNetwork, initial_cell_carry
+from ._agent import AbstractState, Extras, Metrics, check_positive, register
+from ._memory import RolloutState
+from ._networks import QNetwork
 from ._normalize import RunningStats
 from ._on_policy import (
-    check_minibatches,
-    check_sequence_length,
+    AbstractRolloutAgent,
     episode_starts,
     flatten_rollout,
     minibatch_epochs,
-    sequence_length,
     to_sequences,
     unroll,
 )
-from ._q_learning import check_discrete, choose, linear_epsilon
+from ._q_learning import AbstractEpsilonGreedyAgent, check_discrete
 
 
 def lambda_returns(
@@ -83,7 +70,7 @@ class PQNState(AbstractState):
 
 @register("pqn")
 @final
-class PQN(AbstractAgent[PQNState]):
+class PQN(AbstractEpsilonGreedyAgent[PQNState], AbstractRolloutAgent[PQNState]):
     """PQN (Gallici et al., 2025): Q-learning from many parallel envs without a
     replay buffer or target network. Each rollout of `num_envs * num_steps`
     epsilon-greedy transitions gets Q(λ) returns bootstrapped from the current
@@ -127,41 +114,15 @@ class PQN(AbstractAgent[PQNState]):
     layer_norm: bool = eqx.field(static=True, default=True)
     normalize_obs: bool = eqx.field(static=True, default=False)
     scale_obs: bool = eqx.field(static=True, default=False)
-    supports_recurrence = True
 
     def __check_init__(self):
         check_positive(self, "num_steps", "num_epochs", "num_minibatches")
-        check_cell_size(self)
-        check_sequence_length(self)
         if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.q_lambda <= 1.0:
             raise ValueError("PQN: gamma and q_lambda must be in [0, 1]")
-        if self.exploration_steps < 0:
-            raise ValueError(
-                f"PQN: exploration_steps must be >= 0, got {self.exploration_steps}"
-            )
-
-    @property
-    def memory(self) -> Rollout:
-        return Rollout(self.num_steps)
 
     def check(self, obs_space: Space, action_space: Space, num_envs: int) -> None:
         check_discrete(self, action_space)
-        check_minibatches(self, num_envs)
-
-    def _optimizer(self, horizon: Int[Array, ""]) -> optax.GradientTransformation:
-        return adam_optimizer(
-            self.learning_rate,
-            self.max_grad_norm,
-            anneal_horizon=horizon if self.anneal_lr else None,
-        )
-
-    def _epsilon(self, env_steps: Int[Array, ""]) -> Float[Array, ""]:
-        return linear_epsilon(
-            self.exploration_initial_eps,
-            self.exploration_final_eps,
-            self.exploration_steps,
-            env_steps,
-        )
+        self.check_minibatches(num_envs, self.num_minibatches)
 
     def init(
         self,
@@ -186,7 +147,7 @@ class PQN(AbstractAgent[PQNState]):
         )
         updates = max(total_steps // (num_envs * self.num_steps), 1)
         horizon = jnp.array(updates * self.num_epochs * self.num_minibatches)
-        opt_state = self._optimizer(horizon).init(
+        opt_state = self.optimizer(horizon).init(
             eqx.filter(network, eqx.is_inexact_array)
         )
         zero = jnp.array(0, jnp.int32)
@@ -199,27 +160,12 @@ class PQN(AbstractAgent[PQNState]):
             obs_stats=self.initial_obs_stats(obs_space),
         )
 
-    def act(
-        self,
-        state: PQNState,
-        obs: Shaped[Array, "..."],
-        *,
-        key: PRNGKeyArray,
-        greedy: bool = False,
-    ) -> tuple[Int[Array, ""], Extras]:
-        refuse_act(self)
-        q = state.q_network(self.preprocess(state, obs))
-        return self._choose(state, q, key=key, greedy=greedy), {}
+    def q_values(
+        self, state: PQNState, obs: Shaped[Array, "..."], *, key: PRNGKeyArray
+    ) -> Float[Array, " actions"]:
+        return state.q_network(obs)
 
-    def _choose(self, state: PQNState, q, *, key, greedy):
-        return choose(q, lambda: self._epsilon(state.env_steps), key=key, greedy=greedy)
-
-    def initial_carry(self) -> PyTree:
-        """The Q network's cell carry (zeros) for a recurrent torso, `()`
-        otherwise."""
-        return initial_cell_carry(self.torso, self.cell_size)
-
-    def act_step(
+    def recurrent_act(
         self,
         state: PQNState,
         carry: PyTree,
@@ -228,10 +174,8 @@ class PQN(AbstractAgent[PQNState]):
         key: PRNGKeyArray,
         greedy: bool = False,
     ) -> tuple[Int[Array, ""], Extras, PyTree]:
-        if not self.recurrent:
-            return super().act_step(state, carry, obs, key=key, greedy=greedy)
         q, next_carry = state.q_network.step(carry, self.preprocess(state, obs))
-        action = self._choose(state, q, key=key, greedy=greedy)
+        action = self.choose(state, q, key=key, greedy=greedy)
         # The carry this step started from (sequence training starts from
         # it), and the one after it (the next observation's Q uses it).
         return action, {"carry": carry, "next_carry": next_carry}, next_carry
@@ -272,11 +216,11 @@ class PQN(AbstractAgent[PQNState]):
         if self.recurrent:
             data = to_sequences(
                 (obs, traj.action, returns, traj.extras["carry"], episode_starts(traj)),
-                sequence_length(self),
+                self.training_length,
             )
         else:
             data = flatten_rollout((obs, traj.action, returns))
-        optimizer = self._optimizer(state.horizon)
+        optimizer = self.optimizer(state.horizon)
         grad_fn = eqx.filter_value_and_grad(self._loss, has_aux=True)
 
         def minibatch_step(carry, minibatch):
@@ -302,4 +246,4 @@ class PQN(AbstractAgent[PQNState]):
             state,
             (network, opt_state, state.step + 1, state.env_steps + traj.reward.size),
         )
-        return new, memory, {**metrics, "epsilon": self._epsilon(state.env_steps)}
+        return new, memory, {**metrics, "epsilon": self.epsilon(state.env_steps)}

@@ -9,7 +9,7 @@ replay, target networks and schedules come from the off-policy skeleton.
 
 import abc
 from collections.abc import Callable
-from typing import final
+from typing import Generic, TypeVar, final
 
 import equinox as eqx
 import jax
@@ -20,7 +20,14 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 
 from envs import Discrete, Space
 
-from ._agent import Extras, Metrics, adam_optimizer, check_cell_size, refuse_act
+from ._agent import (
+    AbstractRecurrentAgent,
+    AbstractState,
+    Extras,
+    Metrics,
+    adam_optimizer,
+    refuse_act,
+)
 from ._memory import Replay, Sample, Transition, n_step_batch
 from ._networks import QNetwork, initial_cell_carry
 from ._normalize import RunningStats
@@ -90,8 +97,16 @@ def check_discrete(agent: eqx.Module, action_space: Space) -> None:
         )
 
 
-class AbstractQAgent(AbstractOffPolicyAgent[QState]):
-    """A Q-learning agent on a discrete action space (DQN, C51, QR-DQN)."""
+S = TypeVar("S", bound=AbstractState)
+
+
+class AbstractEpsilonGreedyAgent(AbstractRecurrentAgent[S], Generic[S]):
+    """Epsilon-greedy acting on a Q network, learnt with Adam: what DQN, C51,
+    QR-DQN and PQN share. `q_values` (and, for a recurrent torso,
+    `recurrent_act`) say how the agent's network gives action values; epsilon
+    falls linearly from `exploration_initial_eps` to `exploration_final_eps`
+    over `exploration_steps` env steps (`state.env_steps`, all envs together).
+    """
 
     learning_rate: eqx.AbstractVar[float]
     anneal_lr: eqx.AbstractVar[bool]
@@ -99,20 +114,115 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
     exploration_initial_eps: eqx.AbstractVar[float]
     exploration_final_eps: eqx.AbstractVar[float]
     exploration_steps: eqx.AbstractVar[int]
+
+    def __check_init__(self):
+        if self.exploration_steps < 0:
+            raise ValueError(
+                f"{type(self).__name__}: exploration_steps must be >= 0, got "
+                f"{self.exploration_steps}"
+            )
+
+    @abc.abstractmethod
+    def q_values(
+        self, state: S, obs: Shaped[Array, "..."], *, key: PRNGKeyArray
+    ) -> Float[Array, " actions"]:
+        """The action values of one (preprocessed) observation."""
+
+    def optimizer(self, horizon: Int[Array, ""]) -> optax.GradientTransformation:
+        """Adam with clipping, annealed over `horizon` steps under `anneal_lr`."""
+        return adam_optimizer(
+            self.learning_rate,
+            self.max_grad_norm,
+            anneal_horizon=horizon if self.anneal_lr else None,
+        )
+
+    def epsilon(self, env_steps: Int[Array, ""]) -> Float[Array, ""]:
+        """The exploration rate after `env_steps` env steps."""
+        return linear_epsilon(
+            self.exploration_initial_eps,
+            self.exploration_final_eps,
+            self.exploration_steps,
+            env_steps,
+        )
+
+    def choose(
+        self, state: S, q: Float[Array, " actions"], *, key: PRNGKeyArray, greedy: bool
+    ) -> Int[Array, ""]:
+        """The greedy action of `q`, or an epsilon-greedy one at the state's
+        env step count."""
+        env_steps = state.env_steps  # pyright: ignore[reportAttributeAccessIssue]
+        return choose(q, lambda: self.epsilon(env_steps), key=key, greedy=greedy)
+
+    def initial_carry(self) -> PyTree:
+        """The Q network's cell carry (zeros) for a recurrent torso, `()`
+        otherwise."""
+        return initial_cell_carry(self.torso, self.cell_size)
+
+    def act(
+        self,
+        state: S,
+        obs: Shaped[Array, "..."],
+        *,
+        key: PRNGKeyArray,
+        greedy: bool = False,
+    ) -> tuple[Int[Array, ""], Extras]:
+        refuse_act(self)
+        q = self.q_values(state, self.preprocess(state, obs), key=key)
+        return self.choose(state, q, key=key, greedy=greedy), {}
+
+
+class AbstractQAgent(
+    AbstractOffPolicyAgent[QState], AbstractEpsilonGreedyAgent[QState]
+):
+    """A Q-learning agent on a discrete action space (DQN, C51, QR-DQN), with
+    replay and a target network. The fields below are the family's (`DQN`
+    documents them); an agent adds `double_q` and its loss's own.
+
+    Hooks: `num_atoms` (outputs per action), `outputs` (the network at one
+    observation, given a key for a network that samples, as IQN's quantile
+    fractions), `value` (action values from outputs) and `td_loss`.
+    """
+
     double_q: eqx.AbstractVar[bool]
-    dueling: eqx.AbstractVar[bool]
-    hidden_sizes: eqx.AbstractVar[tuple[int, ...]]
-    activation: eqx.AbstractVar[str]
-    reward_scale: eqx.AbstractVar[float]
-    cell_size: eqx.AbstractVar[int]
-    sequence_length: eqx.AbstractVar[int]
-    burn_in: eqx.AbstractVar[int]
-    supports_recurrence = True
+    learning_rate: float = 1e-3
+    anneal_lr: bool = eqx.field(static=True, default=False)
+    gamma: float = 0.99
+    n_step: int = eqx.field(static=True, default=1)
+    buffer_size: int = eqx.field(static=True, default=10_000)
+    batch_size: int = eqx.field(static=True, default=64)
+    learning_starts: int = 1_000
+    train_frequency: int = eqx.field(static=True, default=1)
+    gradient_steps: int = eqx.field(static=True, default=1)
+    target_update_interval: int = 500
+    tau: float = 1.0
+    prioritized: bool = eqx.field(static=True, default=False)
+    priority_alpha: float = 0.6
+    priority_beta: float = 0.4
+    exploration_initial_eps: float = 1.0
+    exploration_final_eps: float = 0.05
+    exploration_steps: int = 10_000
+    dueling: bool = eqx.field(static=True, default=False)
+    max_grad_norm: float = 10.0
+    reward_scale: float = 1.0
+    hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
+    activation: str = eqx.field(static=True, default="relu")
+    torso: str = eqx.field(static=True, default="auto")
+    cell_size: int = eqx.field(static=True, default=128)
+    sequence_length: int = eqx.field(static=True, default=16)
+    burn_in: int = eqx.field(static=True, default=8)
+    normalize_obs: bool = eqx.field(static=True, default=False)
+    scale_obs: bool = eqx.field(static=True, default=False)
 
     @property
     @abc.abstractmethod
     def num_atoms(self) -> int | None:
         """Outputs per action (`None`: one value, `[actions]` outputs)."""
+
+    @abc.abstractmethod
+    def outputs(
+        self, network: QNetwork, obs: Shaped[Array, "..."], *, key: PRNGKeyArray
+    ) -> Float[Array, "actions ..."]:
+        """The network's outputs at one (preprocessed) observation."""
 
     @abc.abstractmethod
     def value(self, out: Float[Array, "..."]) -> Float[Array, "..."]:
@@ -135,14 +245,9 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
         """
 
     def __check_init__(self):
-        name = type(self).__name__
-        if self.exploration_steps < 0:
-            raise ValueError(
-                f"{name}: exploration_steps must be >= 0, got {self.exploration_steps}"
-            )
-        check_cell_size(self)
         if not self.recurrent:
             return
+        name = type(self).__name__
         if type(self.sequence_length) is not int or self.sequence_length <= 0:
             raise ValueError(
                 f"{name}: sequence_length (the replayed steps a recurrent agent "
@@ -163,21 +268,6 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
     def check(self, obs_space: Space, action_space: Space, num_envs: int) -> None:
         check_discrete(self, action_space)
         self.check_replay(num_envs)
-
-    def _optimizer(self, horizon: Int[Array, ""]) -> optax.GradientTransformation:
-        return adam_optimizer(
-            self.learning_rate,
-            self.max_grad_norm,
-            anneal_horizon=horizon if self.anneal_lr else None,
-        )
-
-    def _epsilon(self, env_steps: Int[Array, ""]) -> Float[Array, ""]:
-        return linear_epsilon(
-            self.exploration_initial_eps,
-            self.exploration_final_eps,
-            self.exploration_steps,
-            env_steps,
-        )
 
     def init(
         self,
@@ -202,7 +292,7 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
             key=key,
         )
         horizon = self.gradient_horizon(num_envs, total_steps)
-        opt_state = self._optimizer(horizon).init(
+        opt_state = self.optimizer(horizon).init(
             eqx.filter(online, eqx.is_inexact_array)
         )
         zero = jnp.array(0, jnp.int32)
@@ -216,27 +306,12 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
             obs_stats=self.initial_obs_stats(obs_space),
         )
 
-    def act(
-        self,
-        state: QState,
-        obs: Shaped[Array, "..."],
-        *,
-        key: PRNGKeyArray,
-        greedy: bool = False,
-    ) -> tuple[Int[Array, ""], Extras]:
-        refuse_act(self)
-        q = self.value(state.online(self.preprocess(state, obs)))
-        return self._choose(state, q, key=key, greedy=greedy), {}
+    def q_values(
+        self, state: QState, obs: Shaped[Array, "..."], *, key: PRNGKeyArray
+    ) -> Float[Array, " actions"]:
+        return self.value(self.outputs(state.online, obs, key=key))
 
-    def _choose(self, state: QState, q, *, key, greedy) -> Int[Array, ""]:
-        return choose(q, lambda: self._epsilon(state.env_steps), key=key, greedy=greedy)
-
-    def initial_carry(self) -> PyTree:
-        """The Q network's cell carry (zeros) for a recurrent torso, `()`
-        otherwise."""
-        return initial_cell_carry(self.torso, self.cell_size)
-
-    def act_step(
+    def recurrent_act(
         self,
         state: QState,
         carry: PyTree,
@@ -245,10 +320,8 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
         key: PRNGKeyArray,
         greedy: bool = False,
     ) -> tuple[Int[Array, ""], Extras, PyTree]:
-        if not self.recurrent:
-            return super().act_step(state, carry, obs, key=key, greedy=greedy)
         out, next_carry = state.online.step(carry, self.preprocess(state, obs))
-        action = self._choose(state, self.value(out), key=key, greedy=greedy)
+        action = self.choose(state, self.value(out), key=key, greedy=greedy)
         # The replay keeps the carry each step was acted from: a sequence
         # drawn from it starts from the carry stored at its first step.
         return action, {"carry": carry}, next_carry
@@ -261,7 +334,7 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
 
     def draw(self, state: QState, memory: PyTree, *, key: PRNGKeyArray) -> Sample:
         if not self.recurrent:
-            return super().draw(state, memory, key=key)
+            return self.draw_transitions(state, memory, key=key)
         replay = self.memory
         assert isinstance(replay, Replay)  # prioritised sequences are refused
         return replay.sample_sequences(memory, self.batch_size, self.window, key=key)
@@ -274,13 +347,16 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
             return reward
         return reward * scale
 
-    def _loss(self, online: QNetwork, state: QState, sample: Sample, obs, next_obs):
+    def _loss(
+        self, online: QNetwork, state: QState, sample: Sample, obs, next_obs, key
+    ):
         batch = sample.batch
         index = jnp.arange(batch.action.shape[0])
-        out = jax.vmap(online)(obs)
+        each = lambda net, x: jax.vmap(lambda o: self.outputs(net, o, key=key))(x)
+        out = each(online, obs)
         taken = out[index, batch.action]
-        next_target = jax.vmap(state.target)(next_obs)
-        chooser = jax.vmap(online)(next_obs) if self.double_q else next_target
+        next_target = each(state.target, next_obs)
+        chooser = each(online, next_obs) if self.double_q else next_target
         next_action = jnp.argmax(self.value(chooser), axis=1)
         next_taken = jax.lax.stop_gradient(next_target[index, next_action])
         discount = sample.discount * (1.0 - batch.terminated)
@@ -292,7 +368,7 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
         return jnp.mean(sample.weights * losses), (priorities, jnp.mean(q_taken))
 
     def _sequence_loss(
-        self, online: QNetwork, state: QState, sample: Sample, obs, next_obs
+        self, online: QNetwork, state: QState, sample: Sample, obs, next_obs, key
     ):
         """R2D2's loss (Kapturowski et al., 2019) on `[batch, window]`
         sequences: each network runs from the carry stored at the sequence's
@@ -380,10 +456,10 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
         loss_fn = self._sequence_loss if self.recurrent else self._loss
         grad_fn = eqx.filter_value_and_grad(loss_fn, has_aux=True)
         (loss, (priorities, q_mean)), grads = grad_fn(
-            state.online, state, sample, obs, next_obs
+            state.online, state, sample, obs, next_obs, key
         )
         params = eqx.filter(state.online, eqx.is_inexact_array)
-        updates, opt_state = self._optimizer(state.horizon).update(
+        updates, opt_state = self.optimizer(state.horizon).update(
             grads, state.opt_state, params
         )
         online = eqx.apply_updates(state.online, updates)
@@ -397,7 +473,7 @@ class AbstractQAgent(AbstractOffPolicyAgent[QState]):
         return state.online
 
     def schedule_metrics(self, state: QState) -> Metrics:
-        return {"epsilon": self._epsilon(state.env_steps)}
+        return {"epsilon": self.epsilon(state.env_steps)}
 
 
 def _expand(index: Int[Array, "batch T"], ndim: int) -> Int[Array, "batch T ..."]:

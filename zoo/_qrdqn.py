@@ -5,9 +5,10 @@ from typing import final
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, PRNGKeyArray, Shaped
 
 from ._agent import register
+from ._networks import QNetwork
 from ._q_learning import AbstractQAgent
 
 
@@ -50,37 +51,9 @@ class QRDQN(AbstractQAgent):
     Priorities for prioritised replay are the per-transition losses.
     """
 
-    learning_rate: float = 1e-3
-    anneal_lr: bool = eqx.field(static=True, default=False)
-    gamma: float = 0.99
-    n_step: int = eqx.field(static=True, default=1)
-    buffer_size: int = eqx.field(static=True, default=10_000)
-    batch_size: int = eqx.field(static=True, default=64)
-    learning_starts: int = 1_000
-    train_frequency: int = eqx.field(static=True, default=1)
-    gradient_steps: int = eqx.field(static=True, default=1)
-    target_update_interval: int = 500
-    tau: float = 1.0
-    prioritized: bool = eqx.field(static=True, default=False)
-    priority_alpha: float = 0.6
-    priority_beta: float = 0.4
-    exploration_initial_eps: float = 1.0
-    exploration_final_eps: float = 0.05
-    exploration_steps: int = 10_000
     double_q: bool = eqx.field(static=True, default=False)
-    dueling: bool = eqx.field(static=True, default=False)
     n_quantiles: int = eqx.field(static=True, default=25)
     kappa: float = eqx.field(static=True, default=1.0)
-    max_grad_norm: float = 10.0
-    reward_scale: float = 1.0
-    hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
-    activation: str = eqx.field(static=True, default="relu")
-    torso: str = eqx.field(static=True, default="auto")
-    cell_size: int = eqx.field(static=True, default=128)
-    sequence_length: int = eqx.field(static=True, default=16)
-    burn_in: int = eqx.field(static=True, default=8)
-    normalize_obs: bool = eqx.field(static=True, default=False)
-    scale_obs: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         if self.n_quantiles < 1:
@@ -89,6 +62,11 @@ class QRDQN(AbstractQAgent):
             )
         if self.kappa < 0:
             raise ValueError(f"QRDQN: kappa must be >= 0, got {self.kappa}")
+
+    def outputs(
+        self, network: QNetwork, obs: Shaped[Array, "..."], *, key: PRNGKeyArray
+    ) -> Float[Array, "actions ..."]:
+        return network(obs)
 
     @property
     def num_atoms(self) -> int:

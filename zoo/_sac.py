@@ -1,5 +1,6 @@
 """Soft Actor-Critic for continuous actions."""
 
+import abc
 from typing import cast, final
 
 import equinox as eqx
@@ -23,7 +24,7 @@ from ._networks import (
 )
 from ._normalize import RunningStats
 from ._off_policy import (
-    AbstractOffPolicyAgent,
+    AbstractContinuousAgent,
     AbstractOffPolicyState,
     check_box,
     scale_action,
@@ -51,9 +52,220 @@ class SACState(AbstractOffPolicyState):
     action_space: Box = eqx.field(static=True)
 
 
+class AbstractSoftActorCritic(AbstractContinuousAgent[SACState]):
+    """Soft actor-critic's update, written once: a squashed Gaussian (or gSDE)
+    actor trained against the critics' minimum with an entropy bonus, a
+    learned temperature, and critics regressed onto a target.
+
+    The hooks are what the SAC family changes: `make_critics` (the critic
+    ensemble) and `td_target` (what the critics regress onto: SAC's soft
+    minimum of the target critics; a variant without a target network reads
+    `state.critics` and returns `()` from `online`, so no target is kept).
+    """
+
+    alpha_learning_rate: eqx.AbstractVar[float]
+    n_critics: eqx.AbstractVar[int]
+    alpha_init: eqx.AbstractVar[float]
+    learn_alpha: eqx.AbstractVar[bool]
+    target_entropy_scale: eqx.AbstractVar[float]
+    log_std_bounds: eqx.AbstractVar[tuple[float, float]]
+    use_sde: eqx.AbstractVar[bool]
+    sde_sample_freq: eqx.AbstractVar[int]
+    sde_log_std_init: eqx.AbstractVar[float]
+    hidden_sizes: eqx.AbstractVar[tuple[int, ...]]
+    activation: eqx.AbstractVar[str]
+
+    @abc.abstractmethod
+    def make_critics(
+        self, obs_shape: tuple[int, ...], action_dim: int, *, key: PRNGKeyArray
+    ) -> QCritic:
+        """The critic ensemble, stacked along a leading axis."""
+
+    @abc.abstractmethod
+    def td_target(
+        self, state: SACState, sample: Sample, *, key: PRNGKeyArray
+    ) -> Float[Array, " batch"]:
+        """What the critics regress onto, per transition (no gradient)."""
+
+    def __check_init__(self):
+        check_positive(self, "n_critics", "alpha_init", "sde_sample_freq")
+        low, high = self.log_std_bounds
+        if not low < high:
+            raise ValueError(
+                f"{type(self).__name__}: log_std_bounds must be (low, high) with "
+                f"low < high, got {self.log_std_bounds}"
+            )
+
+    def init(
+        self,
+        obs_space: Space,
+        action_space: Space,
+        *,
+        key: PRNGKeyArray,
+        num_envs: int,
+        total_steps: int,
+    ) -> SACState:
+        space = check_box(self, action_space, squashed=True)
+        k_actor, k_critic = jr.split(key)
+        dim = space.shape[0]
+        shape = obs_space.shape
+        if self.use_sde:
+            actor = SDEActor(
+                shape,
+                dim,
+                self.hidden_sizes,
+                self.activation,
+                self.sde_log_std_init,
+                torso=self.torso,
+                key=k_actor,
+            )
+        else:
+            actor = SquashedGaussianActor(
+                shape,
+                dim,
+                self.hidden_sizes,
+                self.activation,
+                self.log_std_bounds,
+                torso=self.torso,
+                key=k_actor,
+            )
+        critics = self.make_critics(shape, dim, key=k_critic)
+        log_alpha = jnp.log(jnp.asarray(self.alpha_init, jnp.float32))
+        actor_opt = self.optimizer().init(eqx.filter(actor, eqx.is_inexact_array))
+        critic_opt = self.optimizer().init(eqx.filter(critics, eqx.is_inexact_array))
+        alpha_opt = self._alpha_optimizer().init(log_alpha)
+        zero = jnp.array(0, jnp.int32)
+        return SACState(
+            actor=actor,
+            critics=critics,
+            target=critics,
+            log_alpha=log_alpha,
+            actor_opt=actor_opt,
+            critic_opt=critic_opt,
+            alpha_opt=alpha_opt,
+            step=zero,
+            env_steps=zero,
+            horizon=self.gradient_horizon(num_envs, total_steps),
+            obs_stats=self.initial_obs_stats(obs_space),
+            action_space=space,
+        )
+
+    def _alpha_optimizer(self):
+        return adam_optimizer(self.alpha_learning_rate, self.max_grad_norm)
+
+    def act(
+        self,
+        state: SACState,
+        obs: Shaped[Array, "..."],
+        *,
+        key: PRNGKeyArray,
+        greedy: bool = False,
+    ) -> tuple[Float[Array, " action_dim"], Extras]:
+        actor = state.actor
+        if isinstance(actor, SDEActor):
+            mean, features = actor(self.preprocess(state, obs))
+            if greedy:
+                return scale_action(state.action_space, jnp.tanh(mean)), {}
+            # One exploration matrix per sampling period, for every env.
+            period = state.env_steps // self.sde_sample_freq
+            w = actor.matrix(jr.fold_in(actor.noise_key, period))
+            unit = jnp.tanh(mean + actor.noise(features, w))
+            return scale_action(state.action_space, unit), {}
+        mean, log_std = actor(self.preprocess(state, obs))
+        if greedy:
+            unit = jnp.tanh(mean)
+        else:
+            unit, _ = dist.squashed_gaussian_sample(mean, log_std, key=key)
+        return scale_action(state.action_space, unit), {}
+
+    def _sample_actions(self, actor, obs, key):
+        """Squashed actions for a batch of observations and their log-densities
+        (reparameterised: differentiable in the actor)."""
+        if isinstance(actor, SDEActor):
+            # As gSDE trains: one exploration matrix for the whole batch.
+            mean, features = jax.vmap(actor)(obs)
+            w = actor.matrix(key)
+            u = mean + jax.vmap(lambda f: actor.noise(f, w))(features)
+            log_std = jax.vmap(actor.noise_log_std)(features)
+            log_prob = jax.vmap(dist.squashed_gaussian_log_prob)(mean, log_std, u)
+            return jnp.tanh(u), log_prob
+        keys = jr.split(key, obs.shape[0])
+        mean, log_std = jax.vmap(actor)(obs)
+        return jax.vmap(lambda m, s, k: dist.squashed_gaussian_sample(m, s, key=k))(
+            mean, log_std, keys
+        )
+
+    def learn(
+        self, state: SACState, sample: Sample, *, key: PRNGKeyArray
+    ) -> tuple[SACState, Float[Array, " batch"], Metrics]:
+        batch = sample.batch
+        obs = self.preprocess(state, batch.obs)
+        action = unscale_action(state.action_space, batch.action)
+        alpha = jnp.exp(state.log_alpha)
+        k_next, k_new = jr.split(key)
+        y = self.td_target(state, sample, key=k_next)
+
+        critics, critic_opt, c_loss, q = update_critics(
+            state.critics,
+            state.critic_opt,
+            self.optimizer(),
+            obs,
+            action,
+            y,
+            sample.weights,
+        )
+
+        def actor_loss(actor):
+            new_action, log_prob = self._sample_actions(actor, obs, k_new)
+            q_new = jax.vmap(lambda o, a: ensemble_q(critics, o, a))(obs, new_action)
+            loss = jnp.mean(alpha * log_prob - jnp.min(q_new, axis=1))
+            return loss, log_prob
+
+        (a_loss, log_prob), grads = eqx.filter_value_and_grad(actor_loss, has_aux=True)(
+            state.actor
+        )
+        params = eqx.filter(state.actor, eqx.is_inexact_array)
+        updates, actor_opt = self.optimizer().update(grads, state.actor_opt, params)
+        actor = eqx.apply_updates(state.actor, updates)
+
+        log_alpha, alpha_opt = state.log_alpha, state.alpha_opt
+        target_entropy = -self.target_entropy_scale * action.shape[-1]
+        entropy = -jnp.mean(log_prob)
+        if self.learn_alpha:
+            # d/d(log alpha) of -log_alpha * (log_prob + target): positive when
+            # the entropy is above target, so alpha shrinks, and conversely.
+            grad = jax.lax.stop_gradient(entropy - target_entropy)
+            updates, alpha_opt = self._alpha_optimizer().update(
+                grad, state.alpha_opt, log_alpha
+            )
+            log_alpha = cast(Array, optax.apply_updates(log_alpha, updates))
+
+        state = eqx.tree_at(
+            lambda s: (
+                s.actor,
+                s.critics,
+                s.log_alpha,
+                s.actor_opt,
+                s.critic_opt,
+                s.alpha_opt,
+            ),
+            state,
+            (actor, critics, log_alpha, actor_opt, critic_opt, alpha_opt),
+        )
+        td = jnp.mean(jnp.abs(q - y[:, None]), axis=1)
+        metrics = {
+            "critic_loss": c_loss,
+            "actor_loss": a_loss,
+            "alpha": jnp.exp(log_alpha),
+            "entropy": entropy,
+            "q_mean": jnp.mean(q),
+        }
+        return state, td, metrics
+
+
 @register("sac", default_env="Pendulum-v1")
 @final
-class SAC(AbstractOffPolicyAgent[SACState]):
+class SAC(AbstractSoftActorCritic):
     """Soft Actor-Critic (Haarnoja et al., 2018) with twin critics and a learned
     entropy temperature.
 
@@ -115,127 +327,17 @@ class SAC(AbstractOffPolicyAgent[SACState]):
     normalize_obs: bool = eqx.field(static=True, default=False)
     scale_obs: bool = eqx.field(static=True, default=False)
 
-    def __check_init__(self):
-        check_positive(self, "n_critics", "alpha_init", "sde_sample_freq")
-        low, high = self.log_std_bounds
-        if not low < high:
-            raise ValueError(
-                f"SAC: log_std_bounds must be (low, high) with low < high, got "
-                f"{self.log_std_bounds}"
-            )
-
-    def check(self, obs_space: Space, action_space: Space, num_envs: int) -> None:
-        check_box(self, action_space, squashed=True)
-        self.check_replay(num_envs)
-
-    def init(
-        self,
-        obs_space: Space,
-        action_space: Space,
-        *,
-        key: PRNGKeyArray,
-        num_envs: int,
-        total_steps: int,
-    ) -> SACState:
-        space = check_box(self, action_space, squashed=True)
-        k_actor, k_critic = jr.split(key)
-        dim = space.shape[0]
-        shape = obs_space.shape
-        if self.use_sde:
-            actor = SDEActor(
-                shape,
-                dim,
-                self.hidden_sizes,
-                self.activation,
-                self.sde_log_std_init,
-                torso=self.torso,
-                key=k_actor,
-            )
-        else:
-            actor = SquashedGaussianActor(
-                shape,
-                dim,
-                self.hidden_sizes,
-                self.activation,
-                self.log_std_bounds,
-                torso=self.torso,
-                key=k_actor,
-            )
-        critics = q_ensemble(
+    def make_critics(
+        self, obs_shape: tuple[int, ...], action_dim: int, *, key: PRNGKeyArray
+    ) -> QCritic:
+        return q_ensemble(
             self.n_critics,
-            shape,
-            dim,
+            obs_shape,
+            action_dim,
             self.hidden_sizes,
             self.activation,
             torso=self.torso,
-            key=k_critic,
-        )
-        log_alpha = jnp.log(jnp.asarray(self.alpha_init, jnp.float32))
-        actor_opt = self._optimizer().init(eqx.filter(actor, eqx.is_inexact_array))
-        critic_opt = self._optimizer().init(eqx.filter(critics, eqx.is_inexact_array))
-        alpha_opt = self._alpha_optimizer().init(log_alpha)
-        zero = jnp.array(0, jnp.int32)
-        return SACState(
-            actor=actor,
-            critics=critics,
-            target=critics,
-            log_alpha=log_alpha,
-            actor_opt=actor_opt,
-            critic_opt=critic_opt,
-            alpha_opt=alpha_opt,
-            step=zero,
-            env_steps=zero,
-            horizon=self.gradient_horizon(num_envs, total_steps),
-            obs_stats=self.initial_obs_stats(obs_space),
-            action_space=space,
-        )
-
-    def _optimizer(self):
-        return adam_optimizer(self.learning_rate, self.max_grad_norm)
-
-    def _alpha_optimizer(self):
-        return adam_optimizer(self.alpha_learning_rate, self.max_grad_norm)
-
-    def act(
-        self,
-        state: SACState,
-        obs: Shaped[Array, "..."],
-        *,
-        key: PRNGKeyArray,
-        greedy: bool = False,
-    ) -> tuple[Float[Array, " action_dim"], Extras]:
-        actor = state.actor
-        if isinstance(actor, SDEActor):
-            mean, features = actor(self.preprocess(state, obs))
-            if greedy:
-                return scale_action(state.action_space, jnp.tanh(mean)), {}
-            # One exploration matrix per sampling period, for every env.
-            period = state.env_steps // self.sde_sample_freq
-            w = actor.matrix(jr.fold_in(actor.noise_key, period))
-            unit = jnp.tanh(mean + actor.noise(features, w))
-            return scale_action(state.action_space, unit), {}
-        mean, log_std = actor(self.preprocess(state, obs))
-        if greedy:
-            unit = jnp.tanh(mean)
-        else:
-            unit, _ = dist.squashed_gaussian_sample(mean, log_std, key=key)
-        return scale_action(state.action_space, unit), {}
-
-    def _sample_actions(self, actor, obs, key):
-        """Squashed actions for a batch of observations and their log-densities
-        (reparameterised: differentiable in the actor)."""
-        if isinstance(actor, SDEActor):
-            # As gSDE trains: one exploration matrix for the whole batch.
-            mean, features = jax.vmap(actor)(obs)
-            w = actor.matrix(key)
-            u = mean + jax.vmap(lambda f: actor.noise(f, w))(features)
-            log_std = jax.vmap(actor.noise_log_std)(features)
-            log_prob = jax.vmap(dist.squashed_gaussian_log_prob)(mean, log_std, u)
-            return jnp.tanh(u), log_prob
-        keys = jr.split(key, obs.shape[0])
-        mean, log_std = jax.vmap(actor)(obs)
-        return jax.vmap(lambda m, s, k: dist.squashed_gaussian_sample(m, s, key=k))(
-            mean, log_std, keys
+            key=key,
         )
 
     def td_target(
@@ -253,73 +355,6 @@ class SAC(AbstractOffPolicyAgent[SACState]):
         soft = jnp.min(q_next, axis=1) - jnp.exp(state.log_alpha) * next_log_prob
         y = batch.reward + sample.discount * (1.0 - batch.terminated) * soft
         return jax.lax.stop_gradient(y)
-
-    def learn(
-        self, state: SACState, sample: Sample, *, key: PRNGKeyArray
-    ) -> tuple[SACState, Float[Array, " batch"], Metrics]:
-        batch = sample.batch
-        obs = self.preprocess(state, batch.obs)
-        action = unscale_action(state.action_space, batch.action)
-        alpha = jnp.exp(state.log_alpha)
-        k_next, k_new = jr.split(key)
-        y = self.td_target(state, sample, key=k_next)
-
-        critics, critic_opt, c_loss, q = update_critics(
-            state.critics,
-            state.critic_opt,
-            self._optimizer(),
-            obs,
-            action,
-            y,
-            sample.weights,
-        )
-
-        def actor_loss(actor):
-            new_action, log_prob = self._sample_actions(actor, obs, k_new)
-            q_new = jax.vmap(lambda o, a: ensemble_q(critics, o, a))(obs, new_action)
-            loss = jnp.mean(alpha * log_prob - jnp.min(q_new, axis=1))
-            return loss, log_prob
-
-        (a_loss, log_prob), grads = eqx.filter_value_and_grad(actor_loss, has_aux=True)(
-            state.actor
-        )
-        params = eqx.filter(state.actor, eqx.is_inexact_array)
-        updates, actor_opt = self._optimizer().update(grads, state.actor_opt, params)
-        actor = eqx.apply_updates(state.actor, updates)
-
-        log_alpha, alpha_opt = state.log_alpha, state.alpha_opt
-        target_entropy = -self.target_entropy_scale * action.shape[-1]
-        entropy = -jnp.mean(log_prob)
-        if self.learn_alpha:
-            # d/d(log alpha) of -log_alpha * (log_prob + target): positive when
-            # the entropy is above target, so alpha shrinks, and conversely.
-            grad = jax.lax.stop_gradient(entropy - target_entropy)
-            updates, alpha_opt = self._alpha_optimizer().update(
-                grad, state.alpha_opt, log_alpha
-            )
-            log_alpha = cast(Array, optax.apply_updates(log_alpha, updates))
-
-        state = eqx.tree_at(
-            lambda s: (
-                s.actor,
-                s.critics,
-                s.log_alpha,
-                s.actor_opt,
-                s.critic_opt,
-                s.alpha_opt,
-            ),
-            state,
-            (actor, critics, log_alpha, actor_opt, critic_opt, alpha_opt),
-        )
-        td = jnp.mean(jnp.abs(q - y[:, None]), axis=1)
-        metrics = {
-            "critic_loss": c_loss,
-            "actor_loss": a_loss,
-            "alpha": jnp.exp(log_alpha),
-            "entropy": entropy,
-            "q_mean": jnp.mean(q),
-        }
-        return state, td, metrics
 
     def online(self, state: SACState) -> QCritic:
         return state.critics

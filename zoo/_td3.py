@@ -14,12 +14,12 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 
 from envs import Box, Space
 
-from ._agent import Extras, Metrics, adam_optimizer, check_positive, register
+from ._agent import Extras, Metrics, check_positive, register
 from ._memory import Sample
 from ._networks import DeterministicActor, QCritic, ensemble_q, q_ensemble
 from ._normalize import RunningStats
 from ._off_policy import (
-    AbstractOffPolicyAgent,
+    AbstractContinuousAgent,
     AbstractOffPolicyState,
     check_box,
     scale_action,
@@ -46,7 +46,7 @@ class TD3State(AbstractOffPolicyState):
     action_space: Box = eqx.field(static=True)
 
 
-class AbstractDeterministicAgent(AbstractOffPolicyAgent[TD3State]):
+class AbstractDeterministicAgent(AbstractContinuousAgent[TD3State]):
     """A deterministic actor in `[-1, 1]` (scaled to the env's `Box`), explored
     with Gaussian noise, and `n_critics` critics whose minimum makes the target.
     The actor and the target networks move every `policy_delay` critic steps.
@@ -61,8 +61,6 @@ class AbstractDeterministicAgent(AbstractOffPolicyAgent[TD3State]):
     need sustained pushes (MountainCarContinuous) explore with.
     """
 
-    learning_rate: eqx.AbstractVar[float]
-    max_grad_norm: eqx.AbstractVar[float]
     exploration_noise: eqx.AbstractVar[float]
     noise_sample_freq: eqx.AbstractVar[int]
     n_critics: eqx.AbstractVar[int]
@@ -85,13 +83,6 @@ class AbstractDeterministicAgent(AbstractOffPolicyAgent[TD3State]):
                 raise ValueError(
                     f"{name}: {field} must be >= 0, got {getattr(self, field)}"
                 )
-
-    def check(self, obs_space: Space, action_space: Space, num_envs: int) -> None:
-        check_box(self, action_space, squashed=True)
-        self.check_replay(num_envs)
-
-    def _optimizer(self):
-        return adam_optimizer(self.learning_rate, self.max_grad_norm)
 
     def init(
         self,
@@ -122,8 +113,8 @@ class AbstractDeterministicAgent(AbstractOffPolicyAgent[TD3State]):
             torso=self.torso,
             key=k_critic,
         )
-        actor_opt = self._optimizer().init(eqx.filter(actor, eqx.is_inexact_array))
-        critic_opt = self._optimizer().init(eqx.filter(critics, eqx.is_inexact_array))
+        actor_opt = self.optimizer().init(eqx.filter(actor, eqx.is_inexact_array))
+        critic_opt = self.optimizer().init(eqx.filter(critics, eqx.is_inexact_array))
         zero = jnp.array(0, jnp.int32)
         return TD3State(
             actor=actor,
@@ -194,7 +185,7 @@ class AbstractDeterministicAgent(AbstractOffPolicyAgent[TD3State]):
         critics, critic_opt, c_loss, q = update_critics(
             state.critics,
             state.critic_opt,
-            self._optimizer(),
+            self.optimizer(),
             obs,
             action,
             y,
@@ -211,7 +202,7 @@ class AbstractDeterministicAgent(AbstractOffPolicyAgent[TD3State]):
             actor, opt_state = carry
             loss, grads = eqx.filter_value_and_grad(actor_loss)(actor)
             params = eqx.filter(actor, eqx.is_inexact_array)
-            updates, opt_state = self._optimizer().update(grads, opt_state, params)
+            updates, opt_state = self.optimizer().update(grads, opt_state, params)
             return (eqx.apply_updates(actor, updates), opt_state), loss
 
         def keep(carry):
