@@ -26,10 +26,13 @@ from ._rollout import initial_carry as initial_carry
 from ._run import (
     NonFiniteError as NonFiniteError,
     PeerLostError as PeerLostError,
+    Programs as Programs,
     Report as Report,
     RunResult as RunResult,
+    execute as execute,
     lower as lower,
     plan as plan,
+    prepare as prepare,
     run as run,
 )
 from ._state import (

@@ -1,7 +1,6 @@
 """Compiling a run's programs: concurrently with tracing, kept for reuse, or only
 lowered (`runners.lower`)."""
 
-import contextvars
 import re
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -52,17 +51,6 @@ def _cache_key(
     except TypeError:
         return None
     return key
-
-
-class LoweredOnly(Exception):
-    """What a program's compilation gives under `lower`: nothing, so that `run`
-    stops once every program is lowered."""
-
-
-# Under `lower`: the programs lowered so far, `(StableHLO text, XLA options)`.
-LOWERING: contextvars.ContextVar[list[tuple[str, dict[str, Any]]] | None] = (
-    contextvars.ContextVar("lowering", default=None)
-)
 
 
 _FUNC = re.compile(r"^  func\.func (?:public |private )?@([\w.$-]+)\(", re.M)
@@ -123,10 +111,20 @@ class Compiler:
     on the 2-core CPU, PPO CartPole-v1's three programs are ready in about 1 s
     less than compiled one after another. Programs compiled before (same function,
     static inputs, shapes and options) are taken from `_COMPILED`.
+
+    With `compile=False` nothing is compiled or taken from `_COMPILED`: each
+    program is only lowered, and its canonical text and options are kept in
+    `lowered` (`runners.lower`).
     """
 
-    def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="compile")
+    def __init__(self, *, compile: bool = True) -> None:
+        self.compile = compile
+        self.lowered: list[tuple[str, dict[str, Any]]] = []
+        self._pool = (
+            ThreadPoolExecutor(max_workers=4, thread_name_prefix="compile")
+            if compile
+            else None
+        )
         self._pending: list[tuple[Any, Future]] = []
 
     def submit(
@@ -136,12 +134,12 @@ class Compiler:
         options: dict[str, Any] | None = None,
         sharding: Any = None,
         check: Callable[[Any], None] | None = None,
-    ) -> tuple[Future, Any]:
-        """`(future of the compiled program, its output shapes)`. `sharding`: of
-        every input and output (all have the run axis first); `check(out_shapes)`
-        may raise before anything compiles."""
-        lowering = LOWERING.get()
-        key = _cache_key(fn, shapes, options, sharding) if lowering is None else None
+    ) -> tuple[Future | None, Any]:
+        """`(future of the compiled program, its output shapes)`; the future is
+        `None` when not compiling. `sharding`: of every input and output (all
+        have the run axis first); `check(out_shapes)` may raise before anything
+        compiles."""
+        key = _cache_key(fn, shapes, options, sharding) if self.compile else None
         if key is not None and key in _COMPILED:
             if check is not None:
                 check(_COMPILED[key].out_info)
@@ -156,25 +154,15 @@ class Compiler:
         lowered = jitted.lower(*shapes)
         if check is not None:
             check(lowered.out_info)
-        if lowering is not None:
-            lowering.append((canonical(lowered.as_text()), dict(options or {})))
-            future: Future = Future()
-            future.set_exception(LoweredOnly())
-            self._pending.append((None, future))
-            return future, lowered.out_info
+        if self._pool is None:
+            self.lowered.append((canonical(lowered.as_text()), dict(options or {})))
+            return None, lowered.out_info
         future = self._pool.submit(lowered.compile, options or None)
         self._pending.append((key, future))
         return future, lowered.out_info
 
-    def __enter__(self) -> "Compiler":
-        return self
-
-    def __exit__(self, error_type: Any, *_: Any) -> None:
-        """Wait for every compilation (raising the first error) and keep each; on
-        an error while submitting, abandon the rest."""
-        if error_type is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            return
+    def wait(self) -> None:
+        """Wait for every compilation (raising the first error) and keep each."""
         try:
             for key, future in self._pending:
                 compiled = future.result()
@@ -184,4 +172,10 @@ class Compiler:
                     _COMPILED.pop(next(iter(_COMPILED)))
                 _COMPILED[key] = compiled
         finally:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            self.abandon()
+
+    def abandon(self) -> None:
+        """Stop the workers (after an error while submitting: the rest is not
+        wanted)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)

@@ -21,7 +21,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import PRNGKeyArray
 
-from ._compile import BITWISE, LOWERING, RUN_ONCE, Compiler, LoweredOnly
+from ._compile import BITWISE, RUN_ONCE, Compiler
 from ._evaluate import evaluate
 from ._hparams import Sweep, check_sweep, with_hparams
 from ._placement import Placement, check_memory, place
@@ -104,15 +104,7 @@ def lower(agent: Agent, env: Env, **run_kwargs: Any) -> list[tuple[str, dict]]:
     to the code changes results (`benchmarks/table.py` keeps a result current
     while they stay the same).
     """
-    token = LOWERING.set([])
-    try:
-        run(agent, env, **run_kwargs)
-    except LoweredOnly:
-        pass
-    finally:
-        programs = LOWERING.get() or []
-        LOWERING.reset(token)
-    return programs
+    return prepare(agent, env, compile=False, **run_kwargs).lowered
 
 
 def run(
@@ -208,6 +200,86 @@ def run(
     is NaN or infinite (checked per chunk); `PeerLostError` when another process
     of a multi-process run stops answering.
     """
+    return execute(
+        prepare(
+            agent,
+            env,
+            key=key,
+            total_steps=total_steps,
+            num_envs=num_envs,
+            num_seeds=num_seeds,
+            eval_every=eval_every,
+            eval_episodes=eval_episodes,
+            final_eval_episodes=final_eval_episodes,
+            callback=callback,
+            state=state,
+            chunks=chunks,
+            checkpoint=checkpoint,
+            checkpoint_every=checkpoint_every,
+            should_stop=should_stop,
+            sweep=sweep,
+            devices=devices,
+            bitwise=bitwise,
+            eval_at_start=eval_at_start,
+        )
+    )
+
+
+@dataclasses.dataclass
+class Programs:
+    """A run prepared by `prepare`: its programs lowered (and compiling on
+    worker threads, unless prepared with `compile=False`), its initial state
+    when one was given, and what the host loop needs. `execute` runs it;
+    `lowered` holds each program's canonical text and XLA options when not
+    compiled."""
+
+    compiler: Compiler
+    init: Future | None
+    chunk: Future | None
+    evals: dict[int, Future | None]
+    state: TrainState | None
+    seed_keys: Any
+    hparams: Any
+    loop: dict[str, Any]
+    eval_at_start: bool
+
+    @property
+    def lowered(self) -> list[tuple[str, dict[str, Any]]]:
+        return self.compiler.lowered
+
+
+def prepare(
+    agent: Agent,
+    env: Env,
+    *,
+    key: PRNGKeyArray,
+    total_steps: int,
+    num_envs: int = 8,
+    num_seeds: int = 1,
+    eval_every: int | None = None,
+    eval_episodes: int = 32,
+    final_eval_episodes: int | None = None,
+    callback: Callable[[Report], Any] | None = None,
+    state: TrainState | None = None,
+    chunks: tuple[int, int] | None = None,
+    checkpoint: Callable[[TrainState, Report], Any] | None = None,
+    checkpoint_every: int | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    sweep: Sweep | None = None,
+    devices: int | Sequence[Any] | None = None,
+    bitwise: bool = False,
+    eval_at_start: bool = False,
+    compile: bool = True,
+) -> Programs:
+    """`run`'s first half: check the arguments, place the runs and lower every
+    program (initialisation unless `state` is given, the chunk, one evaluation
+    per episode count), compiling each on a worker thread while the next is
+    traced. `execute` waits for them and trains. With `compile=False` the
+    programs are only lowered (`Programs.lowered`; `runners.lower`), and the
+    result cannot be executed. Arguments as for `run`.
+
+    **Raises:** `ValueError` for bad input, before anything is compiled.
+    """
     validate(agent, env, num_envs, total_steps)
     _check_arguments(num_seeds, eval_every, eval_episodes, checkpoint_every)
     final_eval_episodes = final_eval_episodes or eval_episodes
@@ -242,14 +314,25 @@ def run(
     if state is not None:
         state = placement.pad(state)
     exact = BITWISE if bitwise and placement.devices[0].platform == "cpu" else {}
-    carry, chunk_compiled, eval_compiled = _compile_programs(
-        agent, env, placement, init_fn, state, chunk_iters, eval_sizes, exact
-    )
-    loop = _Loop(
-        placement,
-        chunk_compiled,
-        eval_compiled,
-        getattr(env, "agents", None),
+    compiler = Compiler(compile=compile)
+    try:
+        init, chunk, evals = _submit_programs(
+            compiler,
+            agent,
+            env,
+            placement,
+            init_fn,
+            state,
+            chunk_iters,
+            eval_sizes,
+            exact,
+        )
+    except BaseException:
+        compiler.abandon()
+        raise
+    loop = dict(
+        placement=placement,
+        agent_names=getattr(env, "agents", None),
         total=total,
         chunks=(num_chunks, chunk_iters),
         per_iter=per_iter,
@@ -263,13 +346,53 @@ def run(
         should_stop=should_stop,
         sweep=sweep,
         t0=t0,
-        compile_s=time.perf_counter() - t0,
     )
-    if eval_at_start and start_iter == 0:
+    return Programs(
+        compiler,
+        init,
+        chunk,
+        evals,
+        state,
+        placement.seed_keys,
+        placement.hparams,
+        loop,
+        eval_at_start,
+    )
+
+
+def execute(programs: Programs) -> RunResult:
+    """`run`'s second half: wait for the programs `prepare` compiles, build the
+    initial state (or take the given one) and run the host loop.
+
+    **Raises:** `ValueError` for programs prepared with `compile=False`;
+    otherwise as `run`.
+    """
+    if not programs.compiler.compile:
+        raise ValueError(
+            "these programs were prepared with compile=False (only lowered); "
+            "prepare them again with compile=True to execute them"
+        )
+    programs.compiler.wait()
+    assert programs.chunk is not None
+    evals = {n: f.result() for n, f in programs.evals.items() if f is not None}
+    if programs.init is not None:
+        carry: TrainState = programs.init.result()(programs.seed_keys, programs.hparams)
+    else:
+        assert programs.state is not None
+        carry = programs.state
+    spec = programs.loop
+    loop = _Loop(
+        chunk_compiled=programs.chunk.result(),
+        eval_compiled=evals,
+        compile_s=time.perf_counter() - spec["t0"],
+        **spec,
+    )
+    num_chunks, chunk_iters = loop.chunks
+    if programs.eval_at_start and loop.start_iter == 0:
         loop.start(carry)
-    if start_iter == num_chunks * chunk_iters:
+    if loop.start_iter == num_chunks * chunk_iters:
         loop.finish(carry)
-    for chunk in range(start_iter // chunk_iters, num_chunks):
+    for chunk in range(loop.start_iter // chunk_iters, num_chunks):
         carry = loop.step(carry, chunk)
         if loop.stopped:
             break
@@ -329,7 +452,8 @@ def _check_state(
     return start_iter
 
 
-def _compile_programs(
+def _submit_programs(
+    compiler: Compiler,
     agent: Any,
     env: Any,
     placement: Placement,
@@ -338,51 +462,43 @@ def _compile_programs(
     chunk_iters: int,
     eval_sizes: set[int],
     exact: dict[str, Any],
-) -> tuple[TrainState, Any, dict[int, Any]]:
-    """Every program compiled before training starts (so that `compile_s` and
-    `train_s` are measured apart and no chunk waits on a compilation), and the
-    initial carry: `(carry, chunk program, {episodes: evaluation program})`."""
+) -> tuple[Future | None, Future | None, dict[int, Future | None]]:
+    """Every program lowered (and compiling) before training starts, so that
+    `compile_s` and `train_s` are measured apart and no chunk waits on a
+    compilation: `(initialisation or None, chunk, {episodes: evaluation})`."""
     sharding, hparams = placement.sharding, placement.hparams
     fits = partial(check_memory, num_runs=placement.padded, devices=placement.devices)
     chunk_fn = partial(_chunk_seeds, agent, env, iterations=chunk_iters)
-    with Compiler() as compiler:
-        init_compiled: Future | None = None
-        if state is None:
-            init_compiled, state_shape = compiler.submit(
-                init_fn,
-                placement.seed_keys,
-                hparams,
-                options={**RUN_ONCE, **exact},
-                sharding=sharding,
-                check=fits,
-            )
-        else:
-            # Compile for the given state's exact types (a state read from disk
-            # has no weak types), so a resumed run runs what the original ran.
-            state_shape = jax.eval_shape(lambda s: s, state)
-            fits(state_shape)
-        chunk_future, _ = compiler.submit(
-            chunk_fn, state_shape, hparams, options=exact, sharding=sharding
+    init: Future | None = None
+    if state is None:
+        init, state_shape = compiler.submit(
+            init_fn,
+            placement.seed_keys,
+            hparams,
+            options={**RUN_ONCE, **exact},
+            sharding=sharding,
+            check=fits,
         )
-        eval_futures = {
-            n: compiler.submit(
-                partial(_evaluate_seeds, agent, env, num_episodes=n),
-                state_shape.agent_state,
-                placement.eval_keys,
-                hparams,
-                options=exact,
-                sharding=sharding,
-            )[0]
-            for n in sorted(eval_sizes)
-        }
-    chunk_compiled = chunk_future.result()
-    eval_compiled = {n: f.result() for n, f in eval_futures.items()}
-    if init_compiled is not None:
-        carry: TrainState = init_compiled.result()(placement.seed_keys, hparams)
     else:
-        assert state is not None
-        carry = state
-    return carry, chunk_compiled, eval_compiled
+        # Compile for the given state's exact types (a state read from disk
+        # has no weak types), so a resumed run runs what the original ran.
+        state_shape = jax.eval_shape(lambda s: s, state)
+        fits(state_shape)
+    chunk, _ = compiler.submit(
+        chunk_fn, state_shape, hparams, options=exact, sharding=sharding
+    )
+    evals = {
+        n: compiler.submit(
+            partial(_evaluate_seeds, agent, env, num_episodes=n),
+            state_shape.agent_state,
+            placement.eval_keys,
+            hparams,
+            options=exact,
+            sharding=sharding,
+        )[0]
+        for n in sorted(eval_sizes)
+    }
+    return init, chunk, evals
 
 
 @dataclasses.dataclass

@@ -378,6 +378,11 @@ def test_lower_gives_the_programs_a_run_compiles_without_running_them():
     # Evaluating twice as many episodes at the end adds a fourth program.
     more = runners.lower(agent, env, **kwargs, eval_every=256, final_eval_episodes=64)
     assert len(more) == 4
+    # `lower` is `prepare` without compiling; such programs do not execute.
+    prepared = runners.prepare(agent, env, compile=False, **kwargs)
+    assert prepared.lowered == programs
+    with pytest.raises(ValueError, match="prepared with compile=False"):
+        runners.execute(prepared)
 
 
 def test_canonical_lowering_does_not_depend_on_function_names():
