@@ -12,7 +12,13 @@ before and after the experiments redesign):
 - imports of another package's private module (`from runners._evaluate import`),
   outside `tests/`;
 - where a config key is written: every place a probe key appears as a name, an
-  argument, a keyword or a string in `experiments/`, `runners/` and `benchmarks/`.
+  argument, a keyword or a string in `experiments/`, `runners/` and `benchmarks/`;
+- what an addition touches (issue 44): the files outside an agent's module (or
+  a suite's) and the tests that name it in code or in the API docs (`PQN`, the
+  newest agent; `XMiniGridEnv`, the newest suite);
+- tests of an env's name for a suite's rules (`"MinAtar" in env`);
+- concrete methods of `zoo/` and `envs/` classes overridden in a subclass
+  (Equinox's abstract/final pattern: there should be none).
 """
 
 import argparse
@@ -159,6 +165,93 @@ def key_places(key: str) -> list[str]:
     return sorted(set(out))
 
 
+def touches(name: str, module: str) -> list[str]:
+    """Files outside `module` (and `tests/`) that name `name` (or import
+    `module`) in code, or list it in the API docs (`::: pkg.name`)."""
+    own = ROOT / module
+    out = set()
+    for p in (*PACKAGES, "benchmarks"):
+        for f in _files(p):
+            if f == own or f == Path(__file__).resolve():
+                continue
+            for node in ast.walk(ast.parse(f.read_text())):
+                hit = (
+                    (isinstance(node, ast.Name) and node.id == name)
+                    or (isinstance(node, ast.Attribute) and node.attr == name)
+                    or (isinstance(node, ast.alias) and node.name == name)
+                    or (isinstance(node, ast.ImportFrom) and node.module == own.stem)
+                )
+                if hit:
+                    out.add(str(f.relative_to(ROOT)))
+    for f in sorted((ROOT / "docs" / "api").glob("*.md")):
+        if f".{name}\n" in f.read_text():
+            out.add(str(f.relative_to(ROOT)))
+    return sorted(out)
+
+
+def suite_tests(word: str = "MinAtar") -> list[str]:
+    """`file:line` of every `"<word>" in <expression>` outside `tests/`."""
+    out = []
+    for p in (*PACKAGES, "benchmarks"):
+        for f in _files(p):
+            for node in ast.walk(ast.parse(f.read_text())):
+                if (
+                    isinstance(node, ast.Compare)
+                    and isinstance(node.left, ast.Constant)
+                    and node.left.value == word
+                    and any(isinstance(o, ast.In | ast.NotIn) for o in node.ops)
+                ):
+                    out.append(f"{f.relative_to(ROOT)}:{node.lineno}")
+    return out
+
+
+def overridden() -> list[str]:
+    """`Class.member overrides Base` for each concrete method or property of
+    a class of `zoo/` or `envs/` that a subclass there defines again (the
+    dataclass `__init__` and Equinox's stacked `__check_init__` aside)."""
+    import importlib
+    import inspect
+    import pkgutil
+    import sys
+
+    sys.path.insert(0, str(ROOT))
+    classes = set()
+    for name in ("zoo", "envs"):
+        package = importlib.import_module(name)
+        for info in pkgutil.walk_packages(package.__path__, name + "."):
+            module = importlib.import_module(info.name)
+            classes |= {
+                c
+                for _, c in inspect.getmembers(module, inspect.isclass)
+                if c.__module__.split(".")[0] in ("zoo", "envs")
+            }
+    return overrides(classes)
+
+
+def overrides(classes: set[type]) -> list[str]:
+    """`overridden` over the given classes (bases counted where their module is
+    in `zoo` or `envs`)."""
+
+    def abstract(member) -> bool:
+        member = member.fget if isinstance(member, property) else member
+        return getattr(member, "__isabstractmethod__", False)
+
+    kinds = (property, staticmethod, classmethod)
+    out = []
+    for cls in classes:
+        for name, member in vars(cls).items():
+            method = callable(member) or isinstance(member, kinds)
+            if name in ("__init__", "__check_init__") or not method:
+                continue
+            for base in cls.__mro__[1:]:
+                if base.__module__.split(".")[0] not in ("zoo", "envs"):
+                    continue
+                if name in vars(base) and not abstract(vars(base)[name]):
+                    out.append(f"{cls.__qualname__}.{name} overrides {base.__name__}")
+                    break
+    return sorted(out)
+
+
 def facts() -> dict:
     count = lines()
     longest = functions()
@@ -170,6 +263,10 @@ def facts() -> dict:
         "functions_over_60": sum(1 for n, _ in longest if n > LONG),
         "private_imports": private_imports(),
         "key_places": {k: key_places(k) for k in PROBE_KEYS},
+        "new_agent_touches": touches("PQN", "zoo/_pqn.py"),
+        "new_suite_touches": touches("XMiniGridEnv", "envs/_xminigrid.py"),
+        "suite_name_tests": suite_tests(),
+        "overridden": overridden(),
     }
 
 
@@ -193,6 +290,12 @@ def main() -> None:
         print("  ", row)
     print(f"cross-package private imports (outside tests): {len(f['private_imports'])}")
     for row in f["private_imports"]:
+        print("  ", row)
+    for label in ("new_agent_touches", "new_suite_touches"):
+        print(f"{label.replace('_', ' ')}: {len(f[label])}", *f[label])
+    print('"MinAtar" in env tests:', len(f["suite_name_tests"]), *f["suite_name_tests"])
+    print("concrete methods overridden in zoo/, envs/:", len(f["overridden"]))
+    for row in f["overridden"]:
         print("  ", row)
     for key, places in f["key_places"].items():
         files = sorted({p.split(":")[0] for p in places})
