@@ -205,27 +205,32 @@ def suite_tests(word: str = "MinAtar") -> list[str]:
     return out
 
 
-def overridden() -> list[str]:
-    """`Class.member overrides Base` for each concrete method or property of
-    a class of `zoo/` or `envs/` that a subclass there defines again (the
-    dataclass `__init__` and Equinox's stacked `__check_init__` aside)."""
+def classes() -> set[type]:
+    """Every class defined in a module of `zoo/` or `envs/` (imported)."""
     import importlib
     import inspect
     import pkgutil
     import sys
 
     sys.path.insert(0, str(ROOT))
-    classes = set()
+    found = set()
     for name in ("zoo", "envs"):
         package = importlib.import_module(name)
         for info in pkgutil.walk_packages(package.__path__, name + "."):
             module = importlib.import_module(info.name)
-            classes |= {
+            found |= {
                 c
                 for _, c in inspect.getmembers(module, inspect.isclass)
                 if c.__module__.split(".")[0] in ("zoo", "envs")
             }
-    return overrides(classes)
+    return found
+
+
+def overridden() -> list[str]:
+    """`Class.member overrides Base` for each concrete method or property of
+    a class of `zoo/` or `envs/` that a subclass there defines again (the
+    dataclass `__init__` and Equinox's stacked `__check_init__` aside)."""
+    return overrides(classes())
 
 
 def overrides(classes: set[type]) -> list[str]:

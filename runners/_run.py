@@ -238,8 +238,6 @@ class Programs:
     chunk: Future | None
     evals: dict[int, Future | None]
     state: TrainState | None
-    seed_keys: Any
-    hparams: Any
     loop: dict[str, Any]
     eval_at_start: bool
 
@@ -353,8 +351,6 @@ def prepare(
         chunk,
         evals,
         state,
-        placement.seed_keys,
-        placement.hparams,
         loop,
         eval_at_start,
     )
@@ -375,12 +371,15 @@ def execute(programs: Programs) -> RunResult:
     programs.compiler.wait()
     assert programs.chunk is not None
     evals = {n: f.result() for n, f in programs.evals.items() if f is not None}
+    spec = programs.loop
     if programs.init is not None:
-        carry: TrainState = programs.init.result()(programs.seed_keys, programs.hparams)
+        placement = spec["placement"]
+        carry: TrainState = programs.init.result()(
+            placement.seed_keys, placement.hparams
+        )
     else:
         assert programs.state is not None
         carry = programs.state
-    spec = programs.loop
     loop = _Loop(
         chunk_compiled=programs.chunk.result(),
         eval_compiled=evals,

@@ -1,64 +1,32 @@
 """Equinox's abstract/final pattern, checked over every class of `zoo/` and
 `envs/`: a method (or property) is either abstract or implemented once, so no
-class overrides a concrete method of a base in these packages."""
+class overrides a concrete method of a base in these packages. The walk is
+`benchmarks/code_facts.py`'s (`overridden`), which reports the same count."""
 
-import importlib
-import inspect
-import pkgutil
+import importlib.util
+from pathlib import Path
 
 import envs
 import zoo
 
-PACKAGES = ("zoo", "envs")
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def _classes() -> set[type]:
-    found = set()
-    for package in (zoo, envs):
-        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
-            module = importlib.import_module(info.name)
-            found |= {
-                c
-                for _, c in inspect.getmembers(module, inspect.isclass)
-                if c.__module__.split(".")[0] in PACKAGES
-            }
-    return found
-
-
-def _abstract(member) -> bool:
-    if isinstance(member, property):
-        member = member.fget
-    return getattr(member, "__isabstractmethod__", False)
-
-
-def _method(member) -> bool:
-    return inspect.isfunction(member) or isinstance(
-        member, property | staticmethod | classmethod
+def _facts():
+    spec = importlib.util.spec_from_file_location(
+        "code_facts", ROOT / "benchmarks" / "code_facts.py"
     )
-
-
-def overrides(classes: set[type]) -> list[str]:
-    """`Class.name overrides Base` for every concrete member a class
-    redefines (dataclass `__init__`s and Equinox's stacked `__check_init__`s
-    aside: each class's runs)."""
-    out = []
-    for cls in classes:
-        for name, member in vars(cls).items():
-            if name in ("__init__", "__check_init__") or not _method(member):
-                continue
-            for base in cls.__mro__[1:]:
-                if base.__module__.split(".")[0] not in PACKAGES:
-                    continue
-                if name in vars(base) and not _abstract(vars(base)[name]):
-                    out.append(f"{cls.__qualname__}.{name} overrides {base.__name__}")
-                    break
-    return sorted(out)
+    assert spec is not None and spec.loader is not None
+    facts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(facts)
+    return facts
 
 
 def test_no_concrete_method_is_overridden():
-    classes = _classes()
+    facts = _facts()
+    classes = facts.classes()
     assert {zoo.DQN, zoo.SAC, envs.ClipAction, envs.AbstractEnv} <= classes
-    assert overrides(classes) == []
+    assert facts.overrides(classes) == []
 
 
 def test_the_check_sees_an_override():
@@ -69,7 +37,7 @@ def test_the_check_sees_an_override():
     base = type("Base", (), {**here, "carry": hook, "name": property(hook)})
     child = type("Child", (base,), {**here, "carry": hook})
     grandchild = type("Grandchild", (child,), {**here, "name": property(hook)})
-    assert overrides({base, child, grandchild}) == [
+    assert _facts().overrides({base, child, grandchild}) == [
         "Child.carry overrides Base",
         "Grandchild.name overrides Base",
     ]

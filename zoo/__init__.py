@@ -78,6 +78,7 @@ from ._prioritized import (
 )
 from ._q_learning import (
     AbstractEpsilonGreedyAgent as AbstractEpsilonGreedyAgent,
+    AbstractEpsilonState as AbstractEpsilonState,
     AbstractQAgent as AbstractQAgent,
     QState as QState,
 )

@@ -9,7 +9,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree, Shaped
 
 from envs import Discrete, Space
 
-from ._agent import AbstractState, Extras, Metrics, check_positive, register
+from ._agent import Extras, Metrics, check_positive, register
 from ._memory import RolloutState
 from ._networks import QNetwork
 from ._normalize import RunningStats
@@ -21,7 +21,11 @@ from ._on_policy import (
     to_sequences,
     unroll,
 )
-from ._q_learning import AbstractEpsilonGreedyAgent, check_discrete
+from ._q_learning import (
+    AbstractEpsilonGreedyAgent,
+    AbstractEpsilonState,
+    check_discrete,
+)
 
 
 def lambda_returns(
@@ -56,7 +60,7 @@ def lambda_returns(
 
 
 @final
-class PQNState(AbstractState):
+class PQNState(AbstractEpsilonState):
     """The learnt state of PQN: the Q network, its optimizer and counters."""
 
     q_network: QNetwork

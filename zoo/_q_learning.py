@@ -35,8 +35,14 @@ from ._off_policy import AbstractOffPolicyAgent, AbstractOffPolicyState
 from ._on_policy import episode_starts, unroll
 
 
+class AbstractEpsilonState(AbstractState):
+    """The state of an epsilon-greedy agent: its env steps drive epsilon."""
+
+    env_steps: eqx.AbstractVar[Int[Array, ""]]  # transitions seen, all envs
+
+
 @final
-class QState(AbstractOffPolicyState):
+class QState(AbstractOffPolicyState, AbstractEpsilonState):
     """The learnt state of DQN, C51 and QR-DQN."""
 
     online: QNetwork
@@ -97,7 +103,7 @@ def check_discrete(agent: eqx.Module, action_space: Space) -> None:
         )
 
 
-S = TypeVar("S", bound=AbstractState)
+S = TypeVar("S", bound=AbstractEpsilonState)
 
 
 class AbstractEpsilonGreedyAgent(AbstractRecurrentAgent[S], Generic[S]):
@@ -150,8 +156,7 @@ class AbstractEpsilonGreedyAgent(AbstractRecurrentAgent[S], Generic[S]):
     ) -> Int[Array, ""]:
         """The greedy action of `q`, or an epsilon-greedy one at the state's
         env step count."""
-        env_steps = state.env_steps  # pyright: ignore[reportAttributeAccessIssue]
-        return choose(q, lambda: self.epsilon(env_steps), key=key, greedy=greedy)
+        return choose(q, lambda: self.epsilon(state.env_steps), key=key, greedy=greedy)
 
     def initial_carry(self) -> PyTree:
         """The Q network's cell carry (zeros) for a recurrent torso, `()`
