@@ -19,9 +19,38 @@ import numpy as np
 
 from experiments._errors import ConfigError
 
+# The one grammar of a distribution, for `sweep=` and `python -m
+# experiments.sweep`'s `search.` keys: `kind(low,high)`.
 _DISTRIBUTION = re.compile(
-    r"^\s*(loguniform|uniform)\s*\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)\s*$"
+    r"^\s*(loguniform|uniform|intuniform)\s*\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)\s*$"
 )
+
+
+def distribution(
+    where: str, spec: Any, *, kinds: tuple[str, ...]
+) -> tuple[str, float, float] | None:
+    """`(kind, low, high)` of a spec such as `"loguniform(1e-4,1e-2)"`, the
+    kind one of `kinds` (`intuniform` has integer bounds); `None` when `spec`
+    is not of that form (the caller says what else the key may hold). `where`
+    names the key in errors.
+
+    **Raises:** `ConfigError` for bounds that are not numbers (integers), not
+    finite or not `low < high`, or loguniform's below zero."""
+    match = _DISTRIBUTION.match(spec) if isinstance(spec, str) else None
+    if match is None or match.group(1) not in kinds:
+        return None
+    kind, low_text, high_text = match.groups()
+    cast = int if kind == "intuniform" else float
+    try:
+        low, high = cast(low_text), cast(high_text)
+    except ValueError:
+        what = "integers" if cast is int else "numbers"
+        raise ConfigError(f"{where}: bounds of {spec!r} must be {what}") from None
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ConfigError(f"{where}: {spec!r} needs finite bounds, low < high")
+    if kind == "loguniform" and low <= 0:
+        raise ConfigError(f"{where}: loguniform needs positive bounds, got {spec!r}")
+    return kind, low, high
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,27 +68,6 @@ def of_config(config: dict[str, Any], agent: Any) -> tuple[list, list]:
     """`(members, programs)` of a run config's sweep."""
     found = members(agent, config["sweep"], config["sweep_samples"], config["seed"])
     return found, programs(agent, found)
-
-
-def _distribution(name: str, spec: str) -> tuple[str, float, float]:
-    match = _DISTRIBUTION.match(spec)
-    if match is None:
-        raise ConfigError(
-            f"sweep.{name}: {spec!r} is neither a list of values nor "
-            "loguniform(low,high) / uniform(low,high)"
-        )
-    kind, low_text, high_text = match.groups()
-    try:
-        low, high = float(low_text), float(high_text)
-    except ValueError:
-        raise ConfigError(f"sweep.{name}: bounds of {spec!r} must be numbers") from None
-    if not (math.isfinite(low) and math.isfinite(high) and low < high):
-        raise ConfigError(f"sweep.{name}: {spec!r} needs finite bounds, low < high")
-    if kind == "loguniform" and low <= 0:
-        raise ConfigError(
-            f"sweep.{name}: loguniform needs positive bounds, got {spec!r}"
-        )
-    return kind, low, high
 
 
 def members(
@@ -129,7 +137,15 @@ def _split(
                     f"sweep.{name}: random search draws floats, and {name} is not "
                     "one; give a list of values instead"
                 )
-            random[name] = _distribution(name, values)
+            found = distribution(
+                f"sweep.{name}", values, kinds=("loguniform", "uniform")
+            )
+            if found is None:
+                raise ConfigError(
+                    f"sweep.{name}: {values!r} is neither a list of values nor "
+                    "loguniform(low,high) / uniform(low,high)"
+                )
+            random[name] = found
         elif isinstance(values, list | tuple):
             if not values:
                 raise ConfigError(f"sweep.{name}: the list of values is empty")

@@ -8,7 +8,6 @@ import contextlib
 import io
 import itertools
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,11 +16,9 @@ from typing import Any
 from experiments import jax_setup, stats
 from experiments._errors import ConfigError
 from experiments._folder import INFO, RECORD, RunFolder
+from experiments._members import distribution
 from experiments._sacred import get_config_updates
 
-_DISTRIBUTION = re.compile(
-    r"^\s*(loguniform|uniform|intuniform)\s*\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)\s*$"
-)
 SPEC_FILE = "sweep.json"
 STUDY_FILE = "optuna.journal"
 # Sacred statuses of a trial's latest attempt that a relaunch resumes.
@@ -77,27 +74,15 @@ def parse(updates: list[str]) -> tuple[dict[str, Any], dict[str, Any], dict[str,
                 raise ConfigError(f"search.{key}: the list of choices is empty")
             search[key] = ("choice", list(spec))
             continue
-        match = _DISTRIBUTION.match(spec) if isinstance(spec, str) else None
-        if match is None:
+        found = distribution(
+            f"search.{key}", spec, kinds=("loguniform", "uniform", "intuniform")
+        )
+        if found is None:
             raise ConfigError(
                 f"search.{key}: expected loguniform(low,high), uniform(low,high), "
                 f"intuniform(low,high) or a list of choices, got {spec!r}"
             )
-        kind, low_text, high_text = match.groups()
-        try:
-            cast = int if kind == "intuniform" else float
-            low, high = cast(low_text), cast(high_text)
-        except ValueError:
-            raise ConfigError(
-                f"search.{key}: bounds of {spec!r} must be "
-                f"{'integers' if kind == 'intuniform' else 'numbers'}"
-            ) from None
-        if not low < high or (kind == "loguniform" and low <= 0):
-            raise ConfigError(
-                f"search.{key}: {spec!r} needs low < high"
-                + (" and positive bounds" if kind == "loguniform" else "")
-            )
-        search[key] = (kind, low, high)
+        search[key] = found
     if grid and search:
         raise ConfigError(
             "grid.* and search.* together: a sweep is either a grid (every "
