@@ -63,7 +63,7 @@ from typing import Any
 import numpy as np
 
 from experiments import configs, stats, targets
-from experiments.versions import versions
+from experiments.versions import git_commit, versions
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -246,23 +246,11 @@ def machine() -> dict:
 
 
 def commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", *CODE],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        return out + ("+changes" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
+    found = git_commit(CODE, short=True)
+    if found is None:
         return "unknown"
+    head, changes = found
+    return head + ("+changes" if changes else "")
 
 
 # --- one pair, in a child process --------------------------------------------

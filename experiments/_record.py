@@ -133,8 +133,14 @@ def plot_curve(
     fig.savefig(path, dpi=100)
 
 
-def write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=2) + "\n")
+def write_json(
+    path: Path, data: Any, *, indent: int = 2, sort_keys: bool = False
+) -> None:
+    """`data` as JSON at `path`, written whole or not at all (a temporary
+    file, then renamed)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=indent, sort_keys=sort_keys) + "\n")
+    tmp.replace(path)
 
 
 class SweepRecorder:

@@ -26,7 +26,6 @@ code must be committed first (`--allow-dirty` records `+changes` instead).
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,8 @@ from typing import Any
 
 from experiments import targets
 from experiments._errors import PublishError
-from experiments.versions import versions
+from experiments._record import write_json
+from experiments.versions import git_commit, versions
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -46,25 +46,16 @@ EVAL_KEY = 2  # the shipped seed's recorded return
 
 def commit(allow_dirty: bool) -> str:
     """The commit the files are made from; refuses uncommitted code."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-
-    try:
-        head = git("rev-parse", "HEAD")
-        dirty = git(
-            "status", "--porcelain", "--", "zoo", "envs", "runners", "experiments"
-        )
-    except (OSError, subprocess.CalledProcessError):
+    found = git_commit(["zoo", "envs", "runners", "experiments"])
+    if found is None:
         if allow_dirty:
             return "unknown"
         raise PublishError(
             "not a git checkout: the provenance must name the commit that trains "
             "the files; publish from a clone, or pass --allow-dirty"
-        ) from None
-    changed = [line for line in dirty.splitlines() if "zoo/pretrained/" not in line[3:]]
+        )
+    head, dirty = found
+    changed = [line for line in dirty if "zoo/pretrained/" not in line[3:]]
     if changed and not allow_dirty:
         raise PublishError(
             f"uncommitted changes in the code ({changed[0][3:]}, ...): commit them "
@@ -173,7 +164,7 @@ def publish_pair(
         space = (env.observation_space, env.action_space)
         zoo.save(stem.with_name(stem.name + ".eqx"), agent, state, *space)
         prov = _provenance(tuned, seeds, best, returns, head)
-        write_json(stem.with_name(stem.name + ".json"), prov)
+        write_json(stem.with_name(stem.name + ".json"), prov, indent=1, sort_keys=True)
     entry["seconds"] = round(time.perf_counter() - t0, 1)
     return entry
 
@@ -245,12 +236,6 @@ def _train_and_select(tuned: Any, seeds: int) -> tuple:
         )
     )
     return agent, env, state, best, select_means, returns
-
-
-def write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    tmp.replace(path)
 
 
 DOCS = ROOT / "docs" / "using.md"
@@ -339,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         seconds = entry.pop("seconds")
         index[f"{agent}:{env}"] = entry
-        write_json(index_path, dict(sorted(index.items())))
+        write_json(index_path, dict(sorted(index.items())), indent=1, sort_keys=True)
         verdict = "shipped" if entry["shipped"] else "not shipped"
         print(
             f"    {entry['return_mean']:.1f} (target {entry['target']:g}): "
