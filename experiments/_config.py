@@ -8,7 +8,6 @@ from . import configs
 from ._errors import ConfigError as ConfigError
 
 FALLBACK_RUN = configs.FALLBACK_RUN
-NUM_EVALS = configs.NUM_EVALS
 # Env steps (per seed) between checkpoints, and how many to keep.
 CHECKPOINT_EVERY = 100_000
 KEEP_CHECKPOINTS = 2
@@ -17,8 +16,7 @@ KEEP_CHECKPOINTS = 2
 def run_default(agent: Any, env: Any, key: str) -> Any:
     """Run setting `key` (`configs.RUN_KEYS`) from the tuned block, else our
     fallback (`None` for `eval_every`: derived from `total_steps` instead)."""
-    block = _block(agent, env)
-    return block.get(key, FALLBACK_RUN.get(key))
+    return configs.run_setting(_block(agent, env), key)
 
 
 def env_params_default(agent: Any, env: Any) -> dict[str, Any]:
@@ -29,13 +27,9 @@ def env_params_default(agent: Any, env: Any) -> dict[str, Any]:
 
 def eval_every(agent: Any, env: Any, total_steps: Any) -> int | None:
     """Env steps between evaluations: the tuned block's, else about `NUM_EVALS`
-    evaluations per run."""
-    tuned = _block(agent, env).get("eval_every")
-    if tuned is not None:
-        return tuned
-    if type(total_steps) is not int or total_steps <= 0:
-        return None  # invalid; `validate` says so
-    return max(total_steps // NUM_EVALS, 1)
+    evaluations per run (`None` for an invalid `total_steps`: `validate` says
+    so)."""
+    return configs.run_setting(_block(agent, env), "eval_every", total_steps)
 
 
 def resolved_hp(agent: Any, env: Any) -> dict[str, Any]:

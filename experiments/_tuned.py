@@ -59,14 +59,9 @@ def tuned(agent: str, env: str) -> Tuned:
         )
     configs.check_block(agent, env, block)
     block = copy.deepcopy(block)
-    total = block.get("total_steps", configs.FALLBACK_RUN["total_steps"])
-    fallback = configs.FALLBACK_RUN
-    run = {
-        "total_steps": total,
-        "num_envs": block.get("num_envs", fallback["num_envs"]),
-        "eval_every": block.get("eval_every", max(total // configs.NUM_EVALS, 1)),
-        "eval_episodes": block.get("eval_episodes", fallback["eval_episodes"]),
-    }
+    total = configs.run_setting(block, "total_steps")
+    keys = ("total_steps", "num_envs", "eval_every", "eval_episodes")
+    run = {k: configs.run_setting(block, k, total) for k in keys}
     return Tuned(agent, env, block.get("hp") or {}, run, block.get("env_params") or {})
 
 

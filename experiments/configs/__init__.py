@@ -91,6 +91,19 @@ def default_env(agent: str) -> str:
     return zoo.default_env(agent) if agent in zoo.names() else FALLBACK_ENV
 
 
+def run_setting(block: dict[str, Any], key: str, total_steps: Any = None) -> Any:
+    """Run setting `key` of a tuned block, else the fallback (`FALLBACK_RUN`);
+    `eval_every` without one is about `NUM_EVALS` evaluations of `total_steps`
+    (`None` when that is not a positive integer)."""
+    if block.get(key) is not None:
+        return block[key]
+    if key != "eval_every":
+        return FALLBACK_RUN.get(key)
+    if type(total_steps) is not int or total_steps <= 0:
+        return None
+    return max(total_steps // NUM_EVALS, 1)
+
+
 def check_block(agent: str, env: str, block: Any) -> None:
     """Raise `ValueError` if a block's structure is wrong: unknown keys, a
     non-mapping `hp`, or run settings of the wrong type. (Hyperparameter names and
