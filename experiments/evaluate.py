@@ -60,19 +60,8 @@ def config():
     compilation_cache = jax_setup.cache_enabled_by_default()
 
 
-KEYS = (
-    "run",
-    "seed",
-    "agent",
-    "env",
-    "episodes",
-    "key",
-    "max_steps",
-    "video",
-    "video_episodes",
-    "fps",
-    "compilation_cache",
-)
+# The keys the scope above defines, in its order (the scope run once, here).
+KEYS = tuple(config())
 
 
 def check(config: dict[str, Any]) -> dict[str, Any]:
