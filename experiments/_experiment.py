@@ -12,6 +12,7 @@ from typing import Any
 from experiments import _distributed, _liveness, _mongo
 from experiments._sacred import (
     Experiment,
+    FileRecords,
     FileStorageObserver,
     MongoObserver,
     apply_backspaces_and_linefeeds,
@@ -154,14 +155,15 @@ def observe(ex: Any) -> None:
                 options["--unobserved"] = True
                 options["--mongo_db"] = None
                 options["--file_storage"] = None
+        # Ours instead of Sacred's (`-F DIR` or `runs/`): whole, locked records.
+        basedir = Path(options.get("--file_storage") or RUNS_DIR)
+        options["--file_storage"] = None
         mongo = options.get("--mongo_db")
         if mongo and not options.get("--unobserved"):
             # Ours instead of Sacred's: a short timeout and a ping before anything.
             observer = _mongo.mongo_observer(mongo)
             # Its run numbers follow the file record's too (which takes the same).
-            observer.equizoo_file_dirs = (
-                Path(options.get("--file_storage") or RUNS_DIR),
-            )
+            observer.equizoo_file_dirs = (basedir,)
             options["--mongo_db"] = None
             defaults.append(observer)
             ex.observers.append(observer)
@@ -169,13 +171,12 @@ def observe(ex: Any) -> None:
         # subprocess and redirects file descriptors, which buys nothing here.
         if not options.get("--capture"):
             options["--capture"] = "sys"
-        if not options.get("--file_storage") and not options.get("--unobserved"):
-            observer = FileStorageObserver(RUNS_DIR)
+        if not options.get("--unobserved"):
+            observer = FileRecords(str(basedir))
             defaults.append(observer)
             ex.observers.append(observer)
         if options.get("COMMAND") in (None, "main") and not options.get("--unobserved"):
             # Records a killed process left RUNNING: marked INTERRUPTED and named.
-            basedir = Path(options.get("--file_storage") or RUNS_DIR)
             _liveness.mark_dead_file_records(basedir)
             for observer in ex.observers:
                 if isinstance(observer, MongoObserver):

@@ -50,6 +50,9 @@ def _serialise_captured_output() -> None:
     a print between that seek and the read lands over unread output. Either
     way a recorded `cout.txt` lacks what was printed (seen: the progress bar's
     final state). One lock now covers the reads and the writes.
+
+    A patch, not a subclass: Sacred builds the `Run` and its stream proxies
+    itself, with no hook to give it other classes.
     """
     import threading
 
@@ -72,20 +75,28 @@ def _serialise_captured_output() -> None:
     proxy.flush = locked(proxy.flush)  # type: ignore[method-assign]
 
 
-def _atomic_file_records() -> None:
-    """Sacred's file observer rewrites `run.json`, `info.json` and `metrics.json`
-    in place at every heartbeat: a process killed mid-write leaves a truncated
-    file, and with it every metric recorded so far lost. Ours writes a temporary
-    file and renames it over the old one, so a record is always whole (the old
-    one or the new one)."""
-    import json
-    import os
-    import threading
+class FileRecords(FileStorageObserver):
+    """Sacred's file observer, as every run records with it (`-F DIR` or
+    `runs/`), with two changes:
 
-    from sacred.observers import file_storage
+    - Sacred rewrites `run.json`, `info.json` and `metrics.json` in place at
+      every heartbeat: a process killed mid-write leaves a truncated file, and
+      with it every metric recorded so far lost. `save_json` writes a temporary
+      file and renames it over the old one, so a record is always whole (the
+      old one or the new one).
+    - The record's folder is locked from its creation, before its record says
+      RUNNING, until its record says how the run ended; a record left RUNNING
+      in an unlocked folder is a dead process's (`experiments._liveness`).
+    """
 
     def save_json(self, obj, filename):
-        path = os.path.join(self.dir, filename)
+        import json
+        import os
+        import threading
+
+        from sacred.observers import file_storage
+
+        path = os.path.join(self._folder, filename)
         # One name per thread: the heartbeat thread and the main thread (an
         # artifact) may both write run.json; the last rename wins, whole.
         tmp = f"{path}.{threading.get_ident()}.writing"
@@ -95,41 +106,45 @@ def _atomic_file_records() -> None:
             f.flush()
         os.replace(tmp, path)
 
-    file_storage.FileStorageObserver.save_json = save_json  # type: ignore[method-assign]
-
-
-def _locked_file_records() -> None:
-    """A file record's folder is locked from its creation, before its record
-    says RUNNING, until its record says how the run ended; a record left RUNNING
-    in an unlocked folder is a dead process's (`experiments._liveness`)."""
-    from sacred.observers import file_storage
-
-    from experiments import _liveness
-
-    observer = file_storage.FileStorageObserver
-    make = observer._make_run_dir
-
     def _make_run_dir(self, _id):
-        make(self, _id)
-        _liveness.acquire(self.dir)
+        from experiments import _liveness
 
-    observer._make_run_dir = _make_run_dir  # type: ignore[method-assign]
-    for name in ("completed_event", "interrupted_event", "failed_event"):
-        event = getattr(observer, name)
+        super()._make_run_dir(_id)
+        _liveness.acquire(self._folder)
 
-        def ended(self, *args, _event=event, **kwargs):
-            try:
-                return _event(self, *args, **kwargs)
-            finally:
-                _liveness.release(self.dir)
+    def completed_event(self, *args, **kwargs):
+        try:
+            return super().completed_event(*args, **kwargs)
+        finally:
+            self._release()
 
-        setattr(observer, name, ended)
+    def interrupted_event(self, *args, **kwargs):
+        try:
+            return super().interrupted_event(*args, **kwargs)
+        finally:
+            self._release()
+
+    def failed_event(self, *args, **kwargs):
+        try:
+            return super().failed_event(*args, **kwargs)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        from experiments import _liveness
+
+        _liveness.release(self._folder)
+
+    @property
+    def _folder(self) -> str:
+        assert self.dir is not None  # set when the run's folder is made
+        return self.dir
 
 
 def _heartbeat_on_demand() -> None:
     """`Run._emit_heartbeat` under a lock, so that training can bring its record
     up to date after a checkpoint (`SacredSink.flush`) while Sacred's heartbeat
-    thread may be beating too."""
+    thread may be beating too. A patch: Sacred builds the `Run` itself."""
     import threading
 
     from sacred.run import Run
@@ -147,7 +162,9 @@ def _heartbeat_on_demand() -> None:
 def _print_ours_in_one_line() -> None:
     """Sacred's command line prints a `SacredError` in one line and any other
     error with its traceback; it reads the name `SacredError` of its module when
-    it does, so give it ours too (see `experiments._errors`)."""
+    it does, so give it ours too (see `experiments._errors`). A patch: the test
+    is inside `Experiment.run_commandline`, with no hook, and our errors are not
+    Sacred's (they are raised where Sacred is not imported)."""
     import sacred.experiment
 
     from experiments._errors import EquizooError
@@ -156,7 +173,5 @@ def _print_ours_in_one_line() -> None:
 
 
 _serialise_captured_output()
-_atomic_file_records()
-_locked_file_records()
 _heartbeat_on_demand()
 _print_ours_in_one_line()

@@ -293,10 +293,10 @@ def test_a_record_that_cannot_be_written_stops_the_run_in_one_line(
     tmp_path, monkeypatch
 ):
     from experiments import _record
-    from experiments._sacred import FileStorageObserver
+    from experiments._sacred import FileRecords
     from experiments.run import TrainingError
 
-    save = FileStorageObserver.save_json
+    save = FileRecords.save_json
     broken = []
 
     def failing(self, obj, filename):
@@ -311,7 +311,7 @@ def test_a_record_that_cannot_be_written_stops_the_run_in_one_line(
         broken.append(True)  # the folder turns read-only after the first chunk
         return out
 
-    monkeypatch.setattr(FileStorageObserver, "save_json", failing)
+    monkeypatch.setattr(FileRecords, "save_json", failing)
     monkeypatch.setattr(_record.Recorder, "__call__", break_after_first)
     with pytest.raises(TrainingError) as info:
         _run(tmp_path)
