@@ -9,11 +9,25 @@ os.environ["XLA_FLAGS"] = (
     + " --xla_backend_optimization_level=1"
 ).strip()
 
+import importlib.util
+from pathlib import Path
+
 import jax
 import jax.random as jr
 import pytest
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+@pytest.fixture(scope="session")
+def code_facts():
+    """`benchmarks/code_facts.py` (a script, not a package), loaded once."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "code_facts.py"
+    spec = importlib.util.spec_from_file_location("code_facts", path)
+    assert spec is not None and spec.loader is not None
+    facts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(facts)
+    return facts
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ modules (tests may). Checked by import-linter (`lint-imports`, its contracts in
 pyproject.toml) and, for benchmarks/ (scripts, not a package), by
 benchmarks/code_facts.py."""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -21,12 +20,9 @@ def test_import_linter_contracts_are_kept():
     assert "Contracts: 3 kept, 0 broken." in out.stdout
 
 
-def test_no_circles_and_no_private_imports_across_packages_or_from_benchmarks():
-    spec = importlib.util.spec_from_file_location(
-        "code_facts", ROOT / "benchmarks" / "code_facts.py"
-    )
-    assert spec is not None and spec.loader is not None
-    facts = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(facts)
+def test_no_circles_and_no_private_imports_across_packages_or_from_benchmarks(
+    code_facts,
+):
+    facts = code_facts
     assert facts.circles() == []
     assert facts.private_imports() == []
