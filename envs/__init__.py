@@ -39,6 +39,7 @@ from ._registry import (
     make as make,
     make_multi as make_multi,
     names as names,
+    register_suite as register_suite,
     suite_of as suite_of,
     uses_jaxmarl as uses_jaxmarl,
 )

@@ -12,7 +12,6 @@ import importlib.util
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import _xminigrid
 from ._classic import CartPole, Pendulum
 from ._env import AbstractEnv
 from ._multi_agent import AbstractMultiAgentEnv, JaxMarlEnv, MatrixGame, jaxmarl_names
@@ -25,7 +24,6 @@ from ._probes import (
     TwoStepDiscount,
 )
 from ._wrappers import MaskObservation, StickyActions
-from ._xminigrid import PREFIX as XMINIGRID_PREFIX, XMiniGridEnv, xminigrid_names
 
 # Native implementations win over gymnax's for the same name: same dynamics,
 # without gymnax's import cost.
@@ -134,6 +132,8 @@ class Suite:
       `installed` whether it is there.
     - `multi_agent`: its envs are `AbstractMultiAgentEnv`s (`make_multi`).
     - `owns`: whether a name is the suite's; by default the prefix or `names`.
+    - `render`: `render(env, state) -> frame` for one unwrapped env of the
+      suite and its state (`envs.render.render` calls it), or `None`.
     """
 
     names: Callable[[], Iterable[str]]
@@ -143,6 +143,7 @@ class Suite:
     installed: Callable[[], bool] = lambda: True
     multi_agent: bool = False
     owns: Callable[[str], bool] | None = None
+    render: Callable[[Any, Any], Any] | None = None
 
     def has(self, name: str) -> bool:
         if self.owns is not None:
@@ -156,19 +157,14 @@ class Suite:
 
 
 # Every suite, in the order a name is looked up (the first that has it builds
-# it): ours before gymnax's, gymnax's before JaxMARL's.
+# it): ours before gymnax's, gymnax's before JaxMARL's. A suite in a module of
+# its own adds itself with `register_suite`, which `envs/__init__.py`'s import
+# of that module runs.
 SUITES: dict[str, Suite] = {
     "native": Suite(lambda: NATIVE, _from(NATIVE)),
     "pomdp": Suite(lambda: POMDP, _pomdp),
     "presets": Suite(lambda: PRESETS, _preset),
     "probe": Suite(lambda: PROBES, _from(PROBES)),
-    "xminigrid": Suite(
-        xminigrid_names,
-        lambda name, **p: XMiniGridEnv(name.removeprefix(XMINIGRID_PREFIX), **p),
-        prefix=XMINIGRID_PREFIX,
-        extra="xminigrid",
-        installed=lambda: _xminigrid.installed(),
-    ),
     # `gymnax/<name>` forces gymnax's own implementation of a native name.
     "gymnax": Suite(
         _gymnax_names,
@@ -186,8 +182,25 @@ SUITES: dict[str, Suite] = {
 }
 
 
+def register_suite(name: str, suite: Suite) -> None:
+    """Add `suite` to `SUITES` as `name`. A suite with a prefix owns every name
+    that starts with it, so its place in the lookup order does not matter; one
+    without is looked up after those already there.
+
+    **Raises:** `ValueError` when `name` or the prefix is taken."""
+    if name in SUITES:
+        raise ValueError(f"suite {name!r} is already registered")
+    if suite.prefix and any(s.prefix == suite.prefix for s in SUITES.values()):
+        raise ValueError(f"prefix {suite.prefix!r} is already a suite's")
+    SUITES[name] = suite
+
+
 def suite_of(name: str) -> str | None:
-    """The name of the suite in `SUITES` that builds env `name`, or `None`."""
+    """The name of the suite in `SUITES` that builds env `name`, or `None`.
+    A suite whose prefix `name` starts with has it first."""
+    for suite_name, suite in SUITES.items():
+        if suite.prefix and name.startswith(suite.prefix):
+            return suite_name
     for suite_name, suite in SUITES.items():
         if suite.has(name):
             return suite_name

@@ -16,6 +16,7 @@ import numpy as np
 from jaxtyping import PRNGKeyArray
 
 from ._env import AbstractEnv, Action, Observation
+from ._registry import Suite, register_suite
 from ._spaces import Box, Discrete, Space
 
 PREFIX = "xminigrid/"
@@ -139,3 +140,28 @@ class XMiniGridEnv(AbstractEnv[Any]):
             truncated,
             {},
         )
+
+
+def _render(env: XMiniGridEnv, timestep: Any) -> np.ndarray:
+    """XLand-MiniGrid's own drawing of one state (32 pixels per cell, the
+    agent's view shaded)."""
+    from .render import check_one_state
+
+    step_num = getattr(getattr(timestep, "state", None), "step_num", None)
+    check_one_state(env, timestep, step_num, "step_num")
+    timestep = jax.tree.map(np.asarray, timestep)
+    frame = env.env.render(env.params.replace(render_mode="rgb_array"), timestep)
+    return np.asarray(frame, dtype=np.uint8)
+
+
+register_suite(
+    "xminigrid",
+    Suite(
+        xminigrid_names,
+        lambda name, **p: XMiniGridEnv(name.removeprefix(PREFIX), **p),
+        prefix=PREFIX,
+        extra="xminigrid",
+        installed=installed,
+        render=_render,
+    ),
+)

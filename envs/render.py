@@ -14,9 +14,9 @@ import numpy as np
 from jaxtyping import UInt8
 from PIL import Image, ImageDraw
 
+from . import _registry
 from ._env import AbstractEnv, AbstractWrapper
 from ._gymnax import GymnaxEnv
-from ._xminigrid import PREFIX as XMINIGRID_PREFIX, XMiniGridEnv
 
 _CLASSIC = (
     "Acrobot-v1",
@@ -67,7 +67,13 @@ def renderable(env: AbstractEnv | str) -> bool:
     """Whether `render` draws states of `env` (an env, possibly wrapped, or a
     name such as `"CartPole-v1"`)."""
     name = env if isinstance(env, str) else _unwrap_env(env).name
-    return name in RENDERABLE or name.startswith(XMINIGRID_PREFIX)
+    return name in RENDERABLE or _suite_render(name) is not None
+
+
+def _suite_render(name: str) -> Callable[[Any, Any], Frame] | None:
+    """The renderer env `name`'s suite registered (`Suite.render`), if any."""
+    suite = _registry.suite_of(name)
+    return None if suite is None else _registry.SUITES[suite].render
 
 
 def render(env: AbstractEnv, state: Any) -> Frame:
@@ -75,9 +81,9 @@ def render(env: AbstractEnv, state: Any) -> Frame:
 
     **Arguments:**
 
-    - `env`: one of the envs in `RENDERABLE` or an XLand-MiniGrid task, possibly
-      wrapped (wrappers are looked through, down to the base env and its
-      state).
+    - `env`: one of the envs in `RENDERABLE` or of a suite with a renderer
+      (`Suite.render`: XLand-MiniGrid's tasks), possibly wrapped (wrappers
+      are looked through, down to the base env and its state).
     - `state`: one env's state, as `env.reset` or `env.step` returns it (jax or
       NumPy leaves), without a batch axis.
 
@@ -90,14 +96,14 @@ def render(env: AbstractEnv, state: Any) -> Frame:
     batched state or a state of another env.
     """
     base = _unwrap_env(env)
-    if isinstance(base, XMiniGridEnv):
-        return _xminigrid(base, _unwrap_state(env, state))
+    if base.name not in RENDERABLE and (draw := _suite_render(base.name)):
+        return draw(base, _unwrap_state(env, state))
     if base.name not in RENDERABLE:
         raise RenderError(
             f"{base.name} has no renderer; envs that render: {', '.join(RENDERABLE)}"
         )
     state = _unwrap_state(env, state)
-    _check_one_state(base, state, getattr(state, "time", None), "time")
+    check_one_state(base, state, getattr(state, "time", None), "time")
     if base.name in _MINATAR:
         assert isinstance(base, GymnaxEnv)  # only gymnax has MinAtar
         return _minatar(base, state)
@@ -299,7 +305,7 @@ def _minatar(env: GymnaxEnv, state: Any) -> Frame:
     return image
 
 
-def _check_one_state(env: AbstractEnv, state: Any, clock: Any, field: str) -> None:
+def check_one_state(env: AbstractEnv, state: Any, clock: Any, field: str) -> None:
     """Refuse what is not one state of `env`: no step counter `clock` (its
     `field`), or a batch of them."""
     if clock is None:
@@ -310,11 +316,3 @@ def _check_one_state(env: AbstractEnv, state: Any, clock: Any, field: str) -> No
             f"{list(np.shape(clock))}); pass one env's state, e.g. "
             "`jax.tree.map(lambda x: x[i], state)`"
         )
-
-
-def _xminigrid(env: XMiniGridEnv, timestep: Any) -> Frame:
-    step_num = getattr(getattr(timestep, "state", None), "step_num", None)
-    _check_one_state(env, timestep, step_num, "step_num")
-    timestep = jax.tree.map(np.asarray, timestep)
-    frame = env.env.render(env.params.replace(render_mode="rgb_array"), timestep)
-    return np.asarray(frame, dtype=np.uint8)

@@ -307,6 +307,23 @@ def test_names_cover_gymnax_and_probes():
     assert "MNISTBandit-bsuite" not in names
 
 
+def test_a_suite_registered_outside_the_package_builds_and_names_its_envs(monkeypatch):
+    monkeypatch.setattr(envs._registry, "SUITES", dict(envs.SUITES))
+    suite = envs.Suite(
+        lambda: ["mine/Pole"],
+        lambda name, **p: envs.CartPole(**p),
+        prefix="mine/",
+        extra="mine",
+    )
+    envs.register_suite("mine", suite)
+    assert envs.suite_of("mine/Pole") == "mine" and "mine/Pole" in envs.names()
+    assert isinstance(envs.make("mine/Pole", gravity=10.0), envs.CartPole)
+    with pytest.raises(ValueError, match="already registered"):
+        envs.register_suite("mine", suite)
+    with pytest.raises(ValueError, match="prefix 'mine/' is already"):
+        envs.register_suite("yours", suite)
+
+
 @pytest.mark.parametrize("name", sorted(envs.PROBES))
 def test_probes_follow_the_protocol(name, getkey):
     env = envs.make(name)
