@@ -43,7 +43,7 @@ docs/figures/ are regenerated from the files of the pairs tuned today.
 
 Statistics over seeds: the interquartile mean (the mean of the middle half,
 `scipy.stats.trim_mean(x, 0.25)`), with a 95 % percentile-bootstrap confidence
-interval (10,000 resamples of the seeds, `experiments.stats.iqm_ci`: the same
+interval (10,000 resamples of the seeds, `experiments.analysis.stats.iqm_ci`: the same
 interval as `scipy.stats.bootstrap(method="percentile")`). With 4 or 8 seeds the
 interval is wide by nature: it says how much the seeds disagree.
 """
@@ -62,7 +62,8 @@ from typing import Any
 
 import numpy as np
 
-from experiments import configs, stats, targets
+from experiments import configs, targets
+from experiments.analysis import stats
 from experiments.versions import git_commit, versions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -389,13 +390,13 @@ def run_pair(
 
 
 def iqm(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """The interquartile mean over seeds (`experiments.stats.iqm`)."""
+    """The interquartile mean over seeds (`experiments.analysis.stats.iqm`)."""
     return stats.iqm(x, axis=axis)
 
 
 def iqm_ci(x, level: float = 0.95, resamples: int = 10_000) -> tuple[float, float]:
     """Percentile-bootstrap confidence interval of the IQM over seeds: one
-    stratum of `experiments.stats.iqm_ci`, the same interval as
+    stratum of `experiments.analysis.stats.iqm_ci`, the same interval as
     `scipy.stats.bootstrap` with `method="percentile"` and seed 0."""
     return stats.iqm_ci([np.asarray(x, dtype=np.float64)], level, resamples)
 

@@ -20,17 +20,17 @@ from experiments._tuned import Tuned as Tuned, pairs as pairs, tuned as tuned
 
 if _typing.TYPE_CHECKING:
     from experiments._resume import resume_checkpoint as resume_checkpoint
-    from experiments._sink import NullSink as NullSink, Sink as Sink
     from experiments._spec import RunSpec as RunSpec
     from experiments._training import Outcome as Outcome, train as train
+    from experiments.record.sink import NullSink as NullSink, Sink as Sink
 
 # Loaded on first use: the run spec reads run folders through Sacred's code.
 _LAZY = {
     "RunSpec": "experiments._spec",
     "train": "experiments._training",
     "Outcome": "experiments._training",
-    "Sink": "experiments._sink",
-    "NullSink": "experiments._sink",
+    "Sink": "experiments.record.sink",
+    "NullSink": "experiments.record.sink",
     "resume_checkpoint": "experiments._resume",
 }
 

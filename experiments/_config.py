@@ -186,7 +186,7 @@ def check_sweep(config: Any, agent: Any, env: Any) -> None:
     """Every program of the sweep builds an agent that can train on `env`."""
     import runners
     import zoo
-    from experiments import _members
+    from experiments.sweeps import members as _members
 
     _, programs = _members.of_config(config, agent)
     for program in programs:

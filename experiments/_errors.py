@@ -1,7 +1,7 @@
 """Every error the experiments say in one line, without a traceback.
 
 All share `EquizooError`. Sacred's command line prints it as `module.Name:
-message` and exits 1 (`experiments._sacred` teaches it to: an `EquizooError` is
+message` and exits 1 (`experiments.sacred.observers` teaches it to: an `EquizooError` is
 not a `SacredError`, so that `plot` and `publish` run without importing Sacred);
 the CLIs that are not Sacred experiments print the same line themselves. Each
 error shows the module users import it from, not this one.

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from experiments._folder import Header, RunFolder
+from experiments.record.folder import Header, RunFolder
 
 
 def load_state(path: str | Path) -> Any:

@@ -1,20 +1,17 @@
 """Resuming a recorded run: its config, its newest checkpoint, the plan that
 continues it, and the command that resumes it after a stop."""
 
-import ast
 import copy
 import functools
-import shlex
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
-from experiments import _distributed, _experiment
+from experiments import _distributed
 from experiments._errors import ConfigError
-from experiments._folder import RunFolder
 from experiments._interrupt import Interrupted
-from experiments._sacred import MongoObserver
+from experiments.record.folder import RunFolder
 
 
 def resume_checkpoint(resume: Any, *, quiet: bool = False) -> Path:
@@ -168,37 +165,15 @@ def num_runs(config: dict[str, Any], agent: Any) -> int:
     """Runs of a (one-program) sweep's state: members x seeds; else seeds."""
     if not (config.get("sweep") or config.get("sweep_samples")):
         return config["num_seeds"]
-    from experiments import _members
+    from experiments.sweeps import members as _members
 
     members, _ = _members.of_config(config, agent)
     return len(members) * config["num_seeds"]
 
 
-def resume_command(run: Any) -> str:
-    """The shell command that continues `run` from its newest checkpoint."""
-    run_dir = _experiment.file_dir(run)
-    assert run_dir is not None
-    parts = ["python", "-m", "experiments.run"]
-    basedir = run_dir.parent
-    if basedir != _experiment.RUNS_DIR:
-        parts += ["-F", str(basedir)]
-    for observer in run.observers:
-        spec = getattr(observer, "equizoo_spec", None)
-        if isinstance(observer, MongoObserver) and spec:
-            parts += ["-m", spec]  # the resumed run records there too
-    value = str(run_dir)
-    try:
-        ast.literal_eval(value)
-        value = repr(value)  # Sacred would read it as a Python literal
-    except (ValueError, SyntaxError):
-        pass
-    parts += ["with", f"resume={value}"]
-    return shlex.join(parts)
-
-
 def peer_lost(sink: Any, error: Exception, last: Path | None) -> str:
     """What a process says when another of its run is lost; `last`: the newest
-    complete checkpoint; `sink`: the run's record (`experiments._sink.Sink`)."""
+    complete checkpoint; `sink`: the run's record (`experiments.record.sink.Sink`)."""
     if not _distributed.is_main():
         return (
             f"{error}; resume from the last checkpoint in process 0's run folder "

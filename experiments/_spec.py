@@ -17,7 +17,7 @@ from typing import Any
 
 from experiments import _config, _resume, configs, jax_setup
 from experiments._errors import ConfigError
-from experiments._folder import RunFolder
+from experiments.record.folder import RunFolder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -376,7 +376,7 @@ def _scope() -> None:
 def config_scope(spec: type[RunSpec] = RunSpec) -> Any:
     """The Sacred config scope of `spec`'s keys: `fill`, with each key's doc for
     `print_config`."""
-    from experiments._sacred import ConfigScope
+    from experiments.sacred.observers import ConfigScope
 
     body = types.FunctionType(_scope.__code__, {**globals(), "_SPEC": spec})
     scope = ConfigScope(body)

@@ -12,18 +12,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments import (
-    _distributed,
-    _interrupt,
-    _record,
-    _resume,
-    jax_setup,
-    stats,
-)
+from experiments import _distributed, _interrupt, _resume, jax_setup
 from experiments._errors import ConfigError, TrainingError
-from experiments._folder import FINAL_META, FINAL_STATE, Header, RunFolder
-from experiments._sink import NullSink, Sink
 from experiments._spec import RunSpec
+from experiments.analysis import stats
+from experiments.record import progress as _record
+from experiments.record.folder import FINAL_META, FINAL_STATE, Header, RunFolder
+from experiments.record.sink import NullSink, Sink
 
 
 class WriteFailed(Exception):
@@ -429,7 +424,7 @@ class _Sweep:
     `num_runs`, so `load_state` reads it like any run's."""
 
     def __init__(self, sink: Sink, spec: RunSpec, agent: Any, progress: bool):
-        from experiments import _members
+        from experiments.sweeps import members as _members
 
         self.sink, self.spec = sink, spec
         self.members, self.programs = _members.of_config(sink.config, agent)
@@ -626,7 +621,7 @@ def film(sink: Sink, agent: Any, state: Any, env: Any, stem: str) -> None:
     import jax.random as jr
 
     import runners
-    from experiments import _video
+    from experiments.record import video as _video
 
     agent_state = runners.seed_state(state, 0).agent_state
     episodes = _video.record_episodes(

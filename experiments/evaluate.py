@@ -28,9 +28,12 @@ import textwrap  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from experiments import _experiment, _load, _sink  # noqa: E402
+from experiments import _load  # noqa: E402
 from experiments._errors import EvaluateError as EvaluateError  # noqa: E402
-from experiments._folder import Header, RunFolder  # noqa: E402
+from experiments.record.folder import Header, RunFolder  # noqa: E402
+from experiments.record.sink import Sink  # noqa: E402
+from experiments.sacred import experiment as _experiment  # noqa: E402
+from experiments.sacred.sink import SacredSink  # noqa: E402
 
 ex = _experiment.experiment("equizoo-evaluate")
 
@@ -155,7 +158,7 @@ def main(_run: Any) -> float:
 
     **Returns:** the mean return (Sacred stores it as the run's result).
     """
-    sink = _sink.SacredSink(_run)
+    sink = SacredSink(_run)
     config = sink.config
     target = check(config)
     if config["compilation_cache"]:
@@ -214,7 +217,7 @@ def _agent_of(target: dict[str, Any], seed: int) -> tuple[Any, Any, Any, str]:
 
 
 def _record_returns(
-    sink: _sink.Sink, env: Any, out: Any, target: dict[str, Any], what: str
+    sink: Sink, env: Any, out: Any, target: dict[str, Any], what: str
 ) -> tuple[Any, dict[str, Any]]:
     """Log each episode's return (and each agent's, summed into the return on a
     multi-agent env) and the summary in `info`; `(returns, per agent)`."""
@@ -248,7 +251,7 @@ def _record_returns(
 
 
 def _video(
-    sink: _sink.Sink,
+    sink: Sink,
     agent: Any,
     state: Any,
     env: Any,
@@ -259,7 +262,7 @@ def _video(
     evaluated episodes' only when `video_episodes == episodes`)."""
     import jax.random as jr
 
-    from experiments import _video
+    from experiments.record import video as _video
 
     episodes = _video.record_episodes(
         agent,

@@ -15,7 +15,7 @@ The figure (`<out>.png` and `<out>.svg`, default `plots/compare`) has one row
 per env: the learning curves (IQM over seeds at each evaluation, 95 %
 stratified-bootstrap band, against env steps) and the final returns (IQM of the
 last evaluation with its 95 % CI as a horizontal interval). Strata are runs: a
-run's seeds are resampled within the run (see `experiments.stats.iqm_ci`).
+run's seeds are resampled within the run (see `experiments.analysis.stats.iqm_ci`).
 
 Rules:
 
@@ -35,7 +35,7 @@ This module reads JSON files only: it imports neither JAX nor Sacred.
 import argparse
 import sys
 
-from experiments._compare import (
+from experiments.analysis.compare import (
     DEFAULT_OUT as DEFAULT_OUT,
     PlotError as PlotError,
     compare as compare,

@@ -33,7 +33,7 @@ from typing import Any
 
 from experiments import targets
 from experiments._errors import PublishError
-from experiments._record import write_json
+from experiments.record.progress import write_json
 from experiments.versions import git_commit, versions
 
 ROOT = Path(__file__).resolve().parents[1]

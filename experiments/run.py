@@ -27,14 +27,7 @@ if __name__ == "__main__":
 
 from typing import Any  # noqa: E402
 
-from experiments import (  # noqa: E402
-    _distributed,
-    _experiment,
-    _interrupt,
-    _sink,
-    _spec,
-    _training,
-)
+from experiments import _distributed, _interrupt, _spec, _training  # noqa: E402
 from experiments._errors import (  # noqa: E402
     ConfigError as ConfigError,
     DistributedError as DistributedError,
@@ -42,7 +35,11 @@ from experiments._errors import (  # noqa: E402
 )
 from experiments._interrupt import Interrupted as Interrupted  # noqa: E402
 from experiments._load import load_state as load_state  # noqa: E402
-from experiments._resume import resume_command as resume_command  # noqa: E402
+from experiments.sacred import experiment as _experiment  # noqa: E402
+from experiments.sacred.sink import (  # noqa: E402
+    SacredSink,
+    resume_command as resume_command,
+)
 
 
 def experiment(spec: type[_spec.RunSpec] = _spec.RunSpec) -> Any:
@@ -82,7 +79,7 @@ def experiment(spec: type[_spec.RunSpec] = _spec.RunSpec) -> Any:
         `TrainingError` (FAILED) on a non-finite loss or parameter, or when
         another process of a multi-process run is lost.
         """
-        sink = _sink.SacredSink(_run)
+        sink = SacredSink(_run)
         return _training.train(spec.from_config(config), sink, _T_START).value
 
     return ex

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from experiments._errors import ConfigError
-from experiments._folder import CONFIG
-from experiments._trials import (
+from experiments.record.folder import CONFIG
+from experiments.sweeps.trials import (
     MIN_SEEDS as MIN_SEEDS,
     SPEC_FILE as SPEC_FILE,
     STUDY_FILE as STUDY_FILE,

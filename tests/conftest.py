@@ -62,7 +62,7 @@ def mongo_client(monkeypatch):
 def mongo_server(tmp_path_factory):
     """A real MongoDB-wire server (SecantusDB, the `board` extra) on a free
     loopback port, for the whole test session."""
-    from experiments._mongo_server import LocalServer
+    from experiments.board.server import LocalServer
 
     server = LocalServer(tmp_path_factory.mktemp("mongo") / "data").start()
     yield server

@@ -545,7 +545,7 @@ def test_mongo_failing_mid_run_does_not_stop_training(
     import mongomock
     import pymongo.errors
 
-    from experiments import _record
+    from experiments.record import progress as _record
     from experiments.run import ex
 
     client = mongo_client

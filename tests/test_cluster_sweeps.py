@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 
 import runners
-from experiments import _trials, stats, sweep
+from experiments import sweep
 from experiments._errors import ConfigError
+from experiments.analysis import stats
+from experiments.sweeps import trials as _trials
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["agent=ppo", "total_steps=2048", "num_envs=4", "eval_episodes=4"]

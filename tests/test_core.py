@@ -72,7 +72,7 @@ def test_the_core_records_into_any_sink(trained):
         "learning_curve.png",
     }
     # The final state artifact holds the header of the run's spec.
-    from experiments._folder import Header
+    from experiments.record.folder import Header
 
     header = Header.read(kept / "final_state.json")
     assert (header.agent, header.env, header.runs) == ("dqn", "CartPole-v1", 2)
@@ -93,7 +93,7 @@ def test_the_core_without_a_sink_records_nothing(tmp_path, monkeypatch):
 
 
 def test_headers_of_every_format_read():
-    from experiments._folder import Header
+    from experiments.record.folder import Header
 
     meta = json.loads(
         next((FIXTURES / "2" / "checkpoints").glob("*/meta.json")).read_text()
@@ -113,7 +113,7 @@ def test_headers_of_every_format_read():
 
 
 def test_run_folder_finds_states_and_records(tmp_path):
-    from experiments._folder import RunFolder
+    from experiments.record.folder import RunFolder
 
     folder = RunFolder(FIXTURES / "1")
     assert folder.is_record() and folder.config()["agent"] == "dqn"

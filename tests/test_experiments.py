@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 import zoo
-from experiments import _config, _spec, configs, stats
+from experiments import _config, _spec, configs
+from experiments.analysis import stats
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["total_steps=2000", "eval_episodes=4", "progress=True"]

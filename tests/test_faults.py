@@ -245,7 +245,7 @@ def test_a_run_that_trained_all_its_steps_but_did_not_complete_is_finished(
     """Its artifacts could not be written (a full disk after the last checkpoint;
     a SIGKILL there leaves the same folder): resume= trains nothing and writes
     what the run would have, with the same final evaluation."""
-    from experiments import _record
+    from experiments.record import progress as _record
     from experiments.run import ConfigError, TrainingError, ex
 
     def full(*args, **kwargs):
@@ -292,9 +292,9 @@ def test_a_run_that_trained_all_its_steps_but_did_not_complete_is_finished(
 def test_a_record_that_cannot_be_written_stops_the_run_in_one_line(
     tmp_path, monkeypatch
 ):
-    from experiments import _record
-    from experiments._sacred import FileRecords
+    from experiments.record import progress as _record
     from experiments.run import TrainingError
+    from experiments.sacred.observers import FileRecords
 
     save = FileRecords.save_json
     broken = []
@@ -341,7 +341,7 @@ def test_records_of_dead_processes_are_marked_interrupted_and_named(
     import datetime
     import fcntl
 
-    from experiments import _liveness
+    from experiments.sacred import liveness as _liveness
 
     now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
     recent, old = now.isoformat(), (now - datetime.timedelta(hours=1)).isoformat()
@@ -384,7 +384,7 @@ def test_mongo_documents_of_dead_processes_are_marked_interrupted(tmp_path, capf
 
     import mongomock
 
-    from experiments import _liveness
+    from experiments.sacred import liveness as _liveness
 
     runs = mongomock.MongoClient()["equizoo"].runs
     now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
@@ -424,7 +424,7 @@ def test_the_next_run_marks_a_killed_run_in_its_folder(finished, tmp_path, capfd
         json.dumps({"status": "RUNNING", "heartbeat": None, "start_time": None})
     )
     code = (
-        "import time; from experiments import _liveness\n"
+        "import time; from experiments.sacred import liveness as _liveness\n"
         f"_liveness.acquire({str(folder)!r}); print('held', flush=True)\n"
         "time.sleep(60)"
     )
@@ -433,7 +433,7 @@ def test_the_next_run_marks_a_killed_run_in_its_folder(finished, tmp_path, capfd
         [sys.executable, "-c", code], stdout=subprocess.PIPE, env=env
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == b"held"
-    from experiments import _liveness
+    from experiments.sacred import liveness as _liveness
 
     assert _liveness.mark_dead_file_records(tmp_path / "runs") == []  # alive
     proc.kill()

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from experiments import _mongo
 from experiments._errors import ConfigError
-from experiments._mongo_server import LocalServer
+from experiments.board.server import LocalServer
+from experiments.sacred import mongo as _mongo
 
 TINY = ["agent=dqn", "total_steps=2000", "eval_episodes=4", "compilation_cache=False"]
 
@@ -149,7 +149,7 @@ def test_real_server_killed_mid_run_and_down_at_start(tmp_path, monkeypatch):
     """The server is killed (SIGKILL) while a run trains: the run completes and
     its file record holds everything. Then, with the server down, `-m` fails at
     once with one line."""
-    from experiments import _record
+    from experiments.record import progress as _record
     from experiments.run import ex
 
     server = LocalServer(tmp_path / "data").start()

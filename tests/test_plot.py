@@ -1,4 +1,4 @@
-"""`experiments.stats` (IQM, stratified bootstrap CI) and `experiments.plot` on
+"""`experiments.analysis.stats` (IQM, stratified bootstrap CI) and `experiments.plot` on
 synthetic run folders written as Sacred's FileStorageObserver writes them."""
 
 import json
@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from experiments import _compare, plot, stats
+from experiments import plot
+from experiments.analysis import compare as _compare, stats
 
 # --- statistics ---------------------------------------------------------------
 

@@ -273,7 +273,7 @@ def test_recurrent_replay_agents_remember(name):
 
 
 def test_a_recurrent_agent_evaluates_saves_loads_and_films(memory_runs, tmp_path):
-    from experiments._video import record_episodes
+    from experiments.record.video import record_episodes
 
     run = memory_runs["gru"]
     agent = zoo.make(

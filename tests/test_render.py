@@ -12,7 +12,7 @@ import envs
 import runners
 import zoo
 from envs.render import RENDERABLE, RenderError, render, renderable
-from experiments._video import record_episodes, write_video
+from experiments.record.video import record_episodes, write_video
 
 MAX_STEPS = 40
 

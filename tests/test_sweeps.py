@@ -6,8 +6,8 @@ import shutil
 import pytest
 
 import zoo
-from experiments import _members
 from experiments.run import ConfigError, ex
+from experiments.sweeps import members as _members
 
 TINY = {"total_steps": 4096, "eval_episodes": 4, "progress": False}
 

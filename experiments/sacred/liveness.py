@@ -4,7 +4,7 @@ Sacred writes a run's record RUNNING when it starts and its final status when it
 ends; a process killed in between leaves it RUNNING forever. Each recorded run
 therefore holds an exclusive lock (`fcntl.flock`) on `<run folder>/.running.lock`
 from the moment its folder exists (before its record says RUNNING) until its
-record says how it ended (`experiments._sacred` wires this into Sacred's file
+record says how it ended (`experiments.sacred.observers` wires this into Sacred's file
 observer); the kernel releases it when the process ends, however it ends.
 Before a new run starts (`python -m experiments.run`, `resume=` too), the
 records in its file-record folder and its MongoDB that say RUNNING are checked:
@@ -16,8 +16,8 @@ records in its file-record folder and its MongoDB that say RUNNING are checked:
 
 Each one found is marked INTERRUPTED (its `stop_time`: its last heartbeat) and
 named on stderr with the command that resumes it. Its metrics are kept: the
-file record's JSON files are replaced atomically (`experiments._sacred`), and the
-record is brought up to date before every checkpoint, so it holds every metric
+file record's JSON files are replaced atomically (`observers.FileRecords`), and
+the record is brought up to date before every checkpoint, so it holds every metric
 up to the last complete checkpoint (the resumed run logs the rest again).
 """
 

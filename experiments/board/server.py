@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from ._errors import ConfigError
+from experiments._errors import ConfigError
 
 _LISTENING = re.compile(r"listening on (\S+):(\d+)")
 _MAIN = "import sys; from secantus.cli import main; sys.exit(main())"

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 # Workers import `experiments.run` inside each trial (after setting XLA's flags).
-from experiments import jax_setup, stats
+from experiments import jax_setup
+from experiments.analysis import stats
 from experiments._errors import ConfigError
-from experiments._folder import INFO, RECORD, RunFolder
-from experiments._members import distribution
-from experiments._sacred import get_config_updates
+from experiments.record.folder import INFO, RECORD, RunFolder
+from experiments.sweeps.members import distribution
+from experiments.sacred.observers import get_config_updates
 
 SPEC_FILE = "sweep.json"
 STUDY_FILE = "optuna.journal"
@@ -301,7 +302,7 @@ def grid_worker(
     FAILED and the next one runs. **Returns:** trials completed."""
     jax_setup.set_xla_flags()
     from experiments._errors import EquizooError
-    from experiments._sacred import SacredError
+    from experiments.sacred.observers import SacredError
 
     done = 0
     for slot, updates in jobs:
@@ -328,7 +329,7 @@ def search_worker(
     import optuna
 
     from experiments._errors import EquizooError
-    from experiments._sacred import SacredError
+    from experiments.sacred.observers import SacredError
 
     study = _study(folder, seed)
 

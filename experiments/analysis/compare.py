@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from experiments import stats
 from experiments._errors import PlotError
-from experiments._folder import CONFIG, INFO, METRICS, RECORD, RunFolder
+from experiments.analysis import stats
+from experiments.record.folder import CONFIG, INFO, METRICS, RECORD, RunFolder
 
 DEFAULT_OUT = Path("plots") / "compare"
 _MEMBER_COLUMNS = {"member", "return_mean", "return_worst", "return_std"}

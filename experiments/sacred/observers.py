@@ -31,6 +31,7 @@ with warnings.catch_warnings():
         FileStorageObserver as FileStorageObserver,
         MongoObserver as MongoObserver,
     )
+    from sacred.observers.mongo import force_bson_encodeable as force_bson_encodeable
     from sacred.utils import (
         SacredError as SacredError,
         apply_backspaces_and_linefeeds as apply_backspaces_and_linefeeds,
@@ -86,7 +87,7 @@ class FileRecords(FileStorageObserver):
       old one or the new one).
     - The record's folder is locked from its creation, before its record says
       RUNNING, until its record says how the run ended; a record left RUNNING
-      in an unlocked folder is a dead process's (`experiments._liveness`).
+      in an unlocked folder is a dead process's (`experiments.sacred.liveness`).
     """
 
     def save_json(self, obj, filename):
@@ -107,7 +108,7 @@ class FileRecords(FileStorageObserver):
         os.replace(tmp, path)
 
     def _make_run_dir(self, _id):
-        from experiments import _liveness
+        from experiments.sacred import liveness as _liveness
 
         super()._make_run_dir(_id)
         _liveness.acquire(self._folder)
@@ -131,7 +132,7 @@ class FileRecords(FileStorageObserver):
             self._release()
 
     def _release(self) -> None:
-        from experiments import _liveness
+        from experiments.sacred import liveness as _liveness
 
         _liveness.release(self._folder)
 

@@ -20,7 +20,7 @@ class Recorder:
 
     **Arguments:**
 
-    - `sink`: where the series go (`experiments._sink.Sink`), or `None` to
+    - `sink`: where the series go (`experiments.record.sink.Sink`), or `None` to
       record nothing.
     - `num_seeds`: seeds trained together; per-seed series only when above 1.
     - `progress`: show a tqdm bar on stderr.

@@ -29,13 +29,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from experiments import _mongo
 from experiments._errors import ConfigError
-from experiments._experiment import CONTENT_TYPES, ROOT
-from experiments._folder import CONFIG, INFO, METRICS, OUTPUT, RECORD, RunFolder
-from experiments._mongo_server import stop_process as stop
+from experiments.board.server import stop_process as stop
+from experiments.record.folder import CONFIG, INFO, METRICS, OUTPUT, RECORD, RunFolder
+from experiments.sacred import mongo as _mongo
+from experiments.sacred.experiment import CONTENT_TYPES, ROOT
 
-LOOPBACK_JS = Path(__file__).parent / "omniboard" / "loopback.js"
+LOOPBACK_JS = Path(__file__).parent / "loopback.js"
 NODE_INSTALL = "apt-get install nodejs npm (or https://nodejs.org)"
 OMNIBOARD_INSTALL = f"npm install omniboard (in {ROOT}) or npm install -g omniboard"
 
@@ -134,7 +134,8 @@ def import_records(runs: Path, db: Any) -> tuple[list[int], int, list[str]]:
     """
     import gridfs
     import pymongo
-    from sacred.observers.mongo import force_bson_encodeable
+
+    from experiments.sacred.observers import force_bson_encodeable
 
     fs = gridfs.GridFS(db)
     imported, present, skipped = [], 0, []
@@ -291,7 +292,7 @@ def _check(args: argparse.Namespace) -> tuple[Path, list[str]]:
         )
     omniboard = find_omniboard()
     if args.mongo_db is None:
-        from experiments import _mongo_server
+        from experiments.board import server as _mongo_server
 
         if not _mongo_server.available():
             raise ConfigError(
@@ -309,7 +310,7 @@ def _database(args: Any, runs: Path) -> tuple[Any, str]:
     """`(local server or None, host:port:db)`: the MongoDB `--mongo-db` names
     (checked reachable), else a SecantusDB server started on `runs`' data."""
     if args.mongo_db is None:
-        from experiments._mongo_server import LocalServer
+        from experiments.board.server import LocalServer
 
         data = Path(args.data) if args.data else runs / ".board"
         server = LocalServer(data / "db").start()
@@ -370,7 +371,3 @@ def main(argv: list[str] | None = None) -> int:
         stop(omniboard)
         if server is not None:
             server.stop()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from experiments import _distributed, _liveness, _mongo
-from experiments._sacred import (
+from experiments import _distributed
+from experiments.sacred import liveness as _liveness, mongo as _mongo
+from experiments.sacred.observers import (
     Experiment,
     FileRecords,
     FileStorageObserver,
@@ -19,7 +20,7 @@ from experiments._sacred import (
     get_config_updates,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: zoo/, envs/, ...
 RUNS_DIR = Path("runs")  # relative to the working directory, like `-F runs`
 
 
@@ -85,7 +86,7 @@ def record_code(ex: Any, main: Path) -> None:
     (`versions.LIBRARIES`, sacred, and jaxmarl on its envs). A config hook: it
     runs before a run starts, for each run of the process."""
     from experiments import versions
-    from experiments._sacred import (
+    from experiments.sacred.observers import (
         PackageDependency,
         Source,
         get_commit_if_possible,

@@ -20,8 +20,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._errors import ConfigError
-from ._sacred import MongoObserver
+from experiments._errors import ConfigError
+from experiments.sacred.observers import MongoObserver
 
 TIMEOUT_S = 3.0
 

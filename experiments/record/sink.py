@@ -1,0 +1,83 @@
+"""Where a training run's record goes: the `Sink` the one training core writes to.
+
+`NullSink` records nothing and keeps `info` for the caller (`experiments.train`
+from Python, `publish`, the benchmarks); `experiments.sacred.sink.SacredSink`
+records into a Sacred run (its file record, MongoDB). The core never sees
+Sacred: a recorder of another kind (TensorBoard, wandb) is one more subclass.
+"""
+
+import abc
+from pathlib import Path
+from typing import Any
+
+
+class Sink(abc.ABC):
+    """A run's record: scalar series, artifacts, `info` (a dict written with the
+    record) and its status.
+
+    - `info`: what the run reports besides its series (final returns, timings).
+    - `config`: the run's resolved config, as recorded.
+    - `run_id`: the record's id (`None` when not recorded).
+    - `recording`: whether anything is kept; training writes checkpoints only then.
+    - `run_dir`: the run's folder, where checkpoints go (`None`: none on disk).
+    """
+
+    info: dict[str, Any]
+    config: dict[str, Any]
+    run_id: Any = None
+
+    @property
+    def recording(self) -> bool:
+        return False
+
+    @property
+    def run_dir(self) -> Path | None:
+        return None
+
+    @abc.abstractmethod
+    def log(self, name: str, value: float, step: int) -> None:
+        """One point of the series `name` (a Python float, never a `jax.Array`)."""
+
+    @abc.abstractmethod
+    def artifact(self, path: Path, name: str | None = None) -> None:
+        """Keep the file `path` with the record, as `name` (default its name)."""
+
+    @abc.abstractmethod
+    def close_interrupted(self) -> None:
+        """Mark the record INTERRUPTED now, for a process about to exit at once."""
+
+    def where(self) -> str:
+        """Where the record is, for the run's last line."""
+        return "not recorded"
+
+    def flush(self) -> None:
+        """Bring the record up to date now (after a checkpoint: a process killed
+        later keeps every metric logged until then). Nothing to do by default."""
+        return None
+
+    def record_error(self) -> str | None:
+        """What went wrong when the run's file record could not be written (a
+        full disk, a read-only folder); `None` while it is written. (A record in
+        MongoDB that fails does not stop training: the file record is kept.)"""
+        return None
+
+    def resume_command(self) -> str | None:
+        """The command that continues this run from its newest checkpoint."""
+        return None
+
+
+class NullSink(Sink):
+    """Records nothing; `info` stays with the caller."""
+
+    def __init__(self, config: dict[str, Any] | None = None):
+        self.info = {}
+        self.config = dict(config or {})
+
+    def log(self, name: str, value: float, step: int) -> None:
+        pass
+
+    def artifact(self, path: Path, name: str | None = None) -> None:
+        pass
+
+    def close_interrupted(self) -> None:
+        pass
