@@ -52,23 +52,10 @@ class A2C(AbstractActorCritic):
     rmsprop_decay: float = 0.99
     eps: float = 1e-5
     num_steps: int = eqx.field(static=True, default=5)
-    gamma: float = 0.99
     gae_lambda: float = 1.0
-    vf_coef: float = 0.5
     ent_coef: float = 0.0
-    max_grad_norm: float = 0.5
     anneal_lr: bool = eqx.field(static=True, default=False)
     normalize_advantages: bool = eqx.field(static=True, default=False)
-    reward_scale: float = 1.0
-    log_std_init: float = 0.0
-    hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
-    activation: str = eqx.field(static=True, default="tanh")
-    torso: str = eqx.field(static=True, default="auto")
-    cell_size: int = eqx.field(static=True, default=128)
-    sequence_length: int | None = eqx.field(static=True, default=None)
-    shared_torso: bool = eqx.field(static=True, default=False)
-    normalize_obs: bool = eqx.field(static=True, default=False)
-    scale_obs: bool = eqx.field(static=True, default=False)
 
     def __check_init__(self):
         if self.optimizer not in OPTIMIZERS:

@@ -233,10 +233,42 @@ class AbstractOffPolicyAgent(AbstractAgent[S], Generic[S]):
 class AbstractContinuousAgent(AbstractOffPolicyAgent[S], AbstractMemorylessAgent[S]):
     """An off-policy actor-critic on a `Box` action space with finite bounds
     (SAC, TD3, DDPG): memoryless, it learns from n-step transitions, its actor
-    and critics with one Adam optimizer each (`optimizer`)."""
+    and critics with one Adam optimizer each (`optimizer`).
 
-    learning_rate: eqx.AbstractVar[float]
-    max_grad_norm: eqx.AbstractVar[float]
+    Its fields, shared by every such agent (each agent's page lists its own):
+
+    - `learning_rate`, `max_grad_norm`: Adam step size of actor and critics;
+      global-norm clipping.
+    - `gamma`, `n_step`: discount and n-step returns.
+    - `buffer_size`, `batch_size`, `learning_starts`, `train_frequency`,
+      `gradient_steps`: replay, as for DQN.
+    - `tau`: Polyak averaging of the targets.
+    - `prioritized`: prioritised replay (proportional); `priority_alpha` is
+      the priority exponent, `priority_beta` the importance-weight exponent at
+      the start (annealed linearly to 1).
+    - `hidden_sizes`, `activation`, `torso`: actor and critic torsos.
+    - `normalize_obs`: normalise observations by running statistics;
+      `scale_obs`: instead map bounded observation dimensions onto [-1, 1].
+    """
+
+    learning_rate: float = 1e-3
+    max_grad_norm: float = 10.0
+    gamma: float = 0.99
+    n_step: int = eqx.field(static=True, default=1)
+    buffer_size: int = eqx.field(static=True, default=100_000)
+    batch_size: int = eqx.field(static=True, default=256)
+    learning_starts: int = 1_000
+    train_frequency: int = eqx.field(static=True, default=1)
+    gradient_steps: int = eqx.field(static=True, default=1)
+    tau: float = 0.005
+    prioritized: bool = eqx.field(static=True, default=False)
+    priority_alpha: float = 0.6
+    priority_beta: float = 0.4
+    hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(256, 256))
+    activation: str = eqx.field(static=True, default="relu")
+    torso: str = eqx.field(static=True, default="auto")
+    normalize_obs: bool = eqx.field(static=True, default=False)
+    scale_obs: bool = eqx.field(static=True, default=False)
 
     @final
     def check(self, obs_space: Space, action_space: Space, num_envs: int) -> None:

@@ -206,16 +206,26 @@ class ActorCriticState(AbstractState):
 
 class AbstractActorCritic(AbstractRolloutAgent[ActorCriticState]):
     """A policy and a value function learnt from each rollout, with GAE
-    advantages: discrete (categorical) or continuous (Gaussian) actions."""
+    advantages: discrete (categorical) or continuous (Gaussian) actions.
+
+    Its fields with the same default in every such agent (PPO, A2C) are
+    declared here once; each agent's page lists them with its own."""
 
     num_steps: eqx.AbstractVar[int]
-    gamma: eqx.AbstractVar[float]
     gae_lambda: eqx.AbstractVar[float]
-    reward_scale: eqx.AbstractVar[float]
-    log_std_init: eqx.AbstractVar[float]
-    hidden_sizes: eqx.AbstractVar[tuple[int, ...]]
-    activation: eqx.AbstractVar[str]
-    shared_torso: eqx.AbstractVar[bool]
+    gamma: float = 0.99
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    reward_scale: float = 1.0
+    log_std_init: float = 0.0
+    hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
+    activation: str = eqx.field(static=True, default="tanh")
+    torso: str = eqx.field(static=True, default="auto")
+    cell_size: int = eqx.field(static=True, default=128)
+    sequence_length: int | None = eqx.field(static=True, default=None)
+    shared_torso: bool = eqx.field(static=True, default=False)
+    normalize_obs: bool = eqx.field(static=True, default=False)
+    scale_obs: bool = eqx.field(static=True, default=False)
 
     @abc.abstractmethod
     def make_optimizer(self, horizon: Int[Array, ""]) -> optax.GradientTransformation:

@@ -63,17 +63,15 @@ class AbstractSoftActorCritic(AbstractContinuousAgent[SACState]):
     `state.critics` and returns `()` from `online`, so no target is kept).
     """
 
-    alpha_learning_rate: eqx.AbstractVar[float]
-    n_critics: eqx.AbstractVar[int]
-    alpha_init: eqx.AbstractVar[float]
-    learn_alpha: eqx.AbstractVar[bool]
-    target_entropy_scale: eqx.AbstractVar[float]
-    log_std_bounds: eqx.AbstractVar[tuple[float, float]]
-    use_sde: eqx.AbstractVar[bool]
-    sde_sample_freq: eqx.AbstractVar[int]
-    sde_log_std_init: eqx.AbstractVar[float]
-    hidden_sizes: eqx.AbstractVar[tuple[int, ...]]
-    activation: eqx.AbstractVar[str]
+    alpha_learning_rate: float = 3e-4
+    n_critics: int = eqx.field(static=True, default=2)
+    alpha_init: float = 1.0
+    learn_alpha: bool = eqx.field(static=True, default=True)
+    target_entropy_scale: float = 1.0
+    log_std_bounds: tuple[float, float] = eqx.field(static=True, default=(-5.0, 2.0))
+    use_sde: bool = eqx.field(static=True, default=False)
+    sde_sample_freq: int = eqx.field(static=True, default=64)
+    sde_log_std_init: float = -3.0
 
     @abc.abstractmethod
     def make_critics(
@@ -274,12 +272,12 @@ class SAC(AbstractSoftActorCritic):
 
     **Arguments:**
 
-    - `learning_rate`: Adam step size of actor and critics; `alpha_learning_rate`
-      that of the temperature; `max_grad_norm`: global-norm clipping.
-    - `gamma`, `n_step`: discount and n-step returns.
-    - `buffer_size`, `batch_size`, `learning_starts`, `train_frequency`,
-      `gradient_steps`: replay, as for DQN.
-    - `tau`, `target_update_interval`: Polyak averaging of the target critics.
+    - `learning_rate` (3e-4 here), `gamma`, `n_step`, replay, `tau`, the
+      torsos and the rest every continuous agent shares: see
+      `AbstractContinuousAgent`.
+    - `alpha_learning_rate`: Adam step size of the temperature.
+    - `target_update_interval`: gradient steps between Polyak updates of the
+      target critics.
     - `n_critics`: critics whose minimum makes the target (2: clipped double Q).
     - `alpha_init`: initial temperature; `learn_alpha`: tune it toward the target
       entropy `-target_entropy_scale * action_dim`.
@@ -290,42 +288,10 @@ class SAC(AbstractSoftActorCritic):
       env steps (all envs together), with learnt scales starting at
       `exp(sde_log_std_init)`; each gradient step draws one `W` for its batch.
       Smooth, consistent exploration: what MountainCarContinuous-v0 needs.
-    - `prioritized`: prioritised replay (proportional); `priority_alpha` is
-      the priority exponent, `priority_beta` the importance-weight exponent at
-      the start (annealed linearly to 1).
-    - `hidden_sizes`, `activation`: actor and critic torsos.
-    - `normalize_obs`: normalise observations by running statistics;
-      `scale_obs`: instead map bounded observation dimensions onto [-1, 1].
     """
 
     learning_rate: float = 3e-4
-    alpha_learning_rate: float = 3e-4
-    max_grad_norm: float = 10.0
-    gamma: float = 0.99
-    n_step: int = eqx.field(static=True, default=1)
-    buffer_size: int = eqx.field(static=True, default=100_000)
-    batch_size: int = eqx.field(static=True, default=256)
-    learning_starts: int = 1_000
-    train_frequency: int = eqx.field(static=True, default=1)
-    gradient_steps: int = eqx.field(static=True, default=1)
     target_update_interval: int = 1
-    tau: float = 0.005
-    prioritized: bool = eqx.field(static=True, default=False)
-    priority_alpha: float = 0.6
-    priority_beta: float = 0.4
-    n_critics: int = eqx.field(static=True, default=2)
-    alpha_init: float = 1.0
-    learn_alpha: bool = eqx.field(static=True, default=True)
-    target_entropy_scale: float = 1.0
-    log_std_bounds: tuple[float, float] = eqx.field(static=True, default=(-5.0, 2.0))
-    use_sde: bool = eqx.field(static=True, default=False)
-    sde_sample_freq: int = eqx.field(static=True, default=64)
-    sde_log_std_init: float = -3.0
-    hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(256, 256))
-    activation: str = eqx.field(static=True, default="relu")
-    torso: str = eqx.field(static=True, default="auto")
-    normalize_obs: bool = eqx.field(static=True, default=False)
-    scale_obs: bool = eqx.field(static=True, default=False)
 
     def make_critics(
         self, obs_shape: tuple[int, ...], action_dim: int, *, key: PRNGKeyArray

@@ -61,14 +61,15 @@ class AbstractDeterministicAgent(AbstractContinuousAgent[TD3State]):
     need sustained pushes (MountainCarContinuous) explore with.
     """
 
-    exploration_noise: eqx.AbstractVar[float]
-    noise_sample_freq: eqx.AbstractVar[int]
-    n_critics: eqx.AbstractVar[int]
-    policy_delay: eqx.AbstractVar[int]
-    target_noise: eqx.AbstractVar[float]
-    target_noise_clip: eqx.AbstractVar[float]
-    hidden_sizes: eqx.AbstractVar[tuple[int, ...]]
-    activation: eqx.AbstractVar[str]
+    exploration_noise: float = 0.1
+    noise_sample_freq: int = eqx.field(static=True, default=0)
+    # TD3's fields, DDPG's fixed properties. Equinox takes an `AbstractVar` out
+    # of the dataclass fields, so it may follow fields with defaults; pyright
+    # reads it as a field without one.
+    n_critics: eqx.AbstractVar[int]  # pyright: ignore[reportGeneralTypeIssues]
+    policy_delay: eqx.AbstractVar[int]  # pyright: ignore[reportGeneralTypeIssues]
+    target_noise: eqx.AbstractVar[float]  # pyright: ignore[reportGeneralTypeIssues]
+    target_noise_clip: eqx.AbstractVar[float]  # pyright: ignore[reportGeneralTypeIssues]
 
     def __check_init__(self):
         check_positive(self, "n_critics", "policy_delay")
@@ -239,50 +240,20 @@ class TD3(AbstractDeterministicAgent):
 
     **Arguments:**
 
-    - `learning_rate`, `max_grad_norm`: Adam step size of actor and critics;
-      global-norm clipping.
-    - `gamma`, `n_step`: discount and n-step returns.
-    - `buffer_size`, `batch_size`, `learning_starts`, `train_frequency`,
-      `gradient_steps`: replay, as for DQN.
-    - `tau`: Polyak averaging of the targets, every `policy_delay` steps.
-    - `exploration_noise`: standard deviation of the Gaussian action noise (in
-      `[-1, 1]` units); `noise_sample_freq`: 0 for white noise, else env steps
-      between draws of state-dependent noise (see `AbstractDeterministicAgent`).
+    - `learning_rate`, `gamma`, `n_step`, replay, `tau`, the torsos and the
+      rest every continuous agent shares: see `AbstractContinuousAgent`.
+    - `tau` moves the targets every `policy_delay` steps.
+    - `exploration_noise`, `noise_sample_freq`: Gaussian action noise, white
+      or state-dependent (see `AbstractDeterministicAgent`).
     - `policy_delay`: critic steps per actor and target update.
     - `target_noise`, `target_noise_clip`: target policy smoothing.
     - `n_critics`: critics whose minimum makes the target.
-    - `prioritized`: prioritised replay (proportional); `priority_alpha` is
-      the priority exponent, `priority_beta` the importance-weight exponent at
-      the start (annealed linearly to 1).
-    - `hidden_sizes`, `activation`: actor and critic torsos.
-    - `normalize_obs`: normalise observations by running statistics;
-      `scale_obs`: instead map bounded observation dimensions onto [-1, 1].
     """
 
-    learning_rate: float = 1e-3
-    max_grad_norm: float = 10.0
-    gamma: float = 0.99
-    n_step: int = eqx.field(static=True, default=1)
-    buffer_size: int = eqx.field(static=True, default=100_000)
-    batch_size: int = eqx.field(static=True, default=256)
-    learning_starts: int = 1_000
-    train_frequency: int = eqx.field(static=True, default=1)
-    gradient_steps: int = eqx.field(static=True, default=1)
-    tau: float = 0.005
-    prioritized: bool = eqx.field(static=True, default=False)
-    priority_alpha: float = 0.6
-    priority_beta: float = 0.4
-    exploration_noise: float = 0.1
-    noise_sample_freq: int = eqx.field(static=True, default=0)
     policy_delay: int = eqx.field(static=True, default=2)
     target_noise: float = 0.2
     target_noise_clip: float = 0.5
     n_critics: int = eqx.field(static=True, default=2)
-    hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(256, 256))
-    activation: str = eqx.field(static=True, default="relu")
-    torso: str = eqx.field(static=True, default="auto")
-    normalize_obs: bool = eqx.field(static=True, default=False)
-    scale_obs: bool = eqx.field(static=True, default=False)
 
     @property
     def target_update_interval(self) -> int:
