@@ -14,11 +14,11 @@ from typing import Any
 
 # Workers import `experiments.run` inside each trial (after setting XLA's flags).
 from experiments import jax_setup
-from experiments.analysis import stats
 from experiments._errors import ConfigError
+from experiments.analysis import stats
 from experiments.record.folder import INFO, RECORD, RunFolder
-from experiments.sweeps.members import distribution
 from experiments.sacred.observers import get_config_updates
+from experiments.sweeps.members import distribution
 
 SPEC_FILE = "sweep.json"
 STUDY_FILE = "optuna.journal"
