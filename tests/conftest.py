@@ -43,6 +43,23 @@ def getkey():
     return _getkey
 
 
+@pytest.fixture(scope="session")
+def init_state():
+    """`init_state(agent, env, key, num_envs, total_steps)`: a fresh agent
+    state for the env's spaces, as the runners make it."""
+
+    def init(agent, env, key, num_envs, total_steps):
+        return agent.init(
+            env.observation_space,
+            env.action_space,
+            key=key,
+            num_envs=num_envs,
+            total_steps=total_steps,
+        )
+
+    return init
+
+
 @pytest.fixture
 def mongo_client(monkeypatch):
     """A mongomock client with GridFS, handed to whoever builds a

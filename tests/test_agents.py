@@ -173,15 +173,9 @@ def test_invalid_combinations_fail_before_compiling(getkey):
 
 
 @pytest.fixture(scope="module")
-def ppo_cartpole_state():
+def ppo_cartpole_state(init_state):
     agent, env = zoo.make("ppo"), envs.make("CartPole-v1")
-    state = agent.init(
-        env.observation_space,
-        env.action_space,
-        key=jr.PRNGKey(0),
-        num_envs=4,
-        total_steps=1024,
-    )
+    state = init_state(agent, env, jr.PRNGKey(0), 4, 1024)
     return agent, state
 
 
@@ -208,15 +202,9 @@ def test_jaxtyping_checks_shapes_in_public_functions():
 
 
 @pytest.mark.parametrize("agent_name", ["dqn", "ppo"])
-def test_act_is_vmappable_and_greedy_is_deterministic(agent_name, getkey):
+def test_act_is_vmappable_and_greedy_is_deterministic(agent_name, getkey, init_state):
     agent, env = AGENTS[agent_name](), envs.make("CartPole-v1")
-    state = agent.init(
-        env.observation_space,
-        env.action_space,
-        key=getkey(),
-        num_envs=4,
-        total_steps=1000,
-    )
+    state = init_state(agent, env, getkey(), 4, 1000)
     obs = jr.normal(getkey(), (6, 4))
     act = jax.vmap(lambda o, k: agent.act(state, o, key=k, greedy=True)[0])
     a1 = act(obs, jr.split(getkey(), 6))

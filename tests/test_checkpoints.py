@@ -246,31 +246,27 @@ def test_resume_is_exact(tmp_path, agent_name, num_seeds):
     calls = iter(range(100))
     # The 3-seed PPO run is interrupted once more, to resume a resumed run.
     stop_after = 2 if (agent_name, num_seeds) == ("ppo", 3) else None
-    resumed = runners.run(
-        agent,
-        env,
-        callback=resumed_reports.append,
-        checkpoint=saver(tmp_path / "b"),
-        state=state,
-        chunks=full.chunks,
-        should_stop=lambda: next(calls) + 1 == stop_after,
-        **kwargs,
-    )
-    if stop_after is not None:
-        assert resumed.stopped and resumed.final_returns.shape == (num_seeds, 0)
-        stopped_at = resumed_reports[-1].env_steps
-        assert stopped_at == 768 + 2 * 256
-        assert runners.latest_checkpoint(tmp_path / "b").name == str(stopped_at)
-        state, _ = runners.load_checkpoint(tmp_path / "b" / str(stopped_at), like)
-        resumed = runners.run(
+
+    def resume(state, **stop):
+        return runners.run(
             agent,
             env,
             callback=resumed_reports.append,
             checkpoint=saver(tmp_path / "b"),
             state=state,
             chunks=full.chunks,
+            **stop,
             **kwargs,
         )
+
+    resumed = resume(state, should_stop=lambda: next(calls) + 1 == stop_after)
+    if stop_after is not None:
+        assert resumed.stopped and resumed.final_returns.shape == (num_seeds, 0)
+        stopped_at = resumed_reports[-1].env_steps
+        assert stopped_at == 768 + 2 * 256
+        assert runners.latest_checkpoint(tmp_path / "b").name == str(stopped_at)
+        state, _ = runners.load_checkpoint(tmp_path / "b" / str(stopped_at), like)
+        resumed = resume(state)
     assert not resumed.stopped
     assert (tmp_path / "b" / "2048" / "state.eqx").read_bytes() == final
     _same_reports(resumed_reports, reports[3:])

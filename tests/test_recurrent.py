@@ -138,15 +138,9 @@ def test_unroll_resets_the_carry_where_an_episode_starts():
 
 
 @pytest.mark.parametrize("torso", ["gru", "lstm"])
-def test_recurrent_networks_use_equinox_cells(torso):
+def test_recurrent_networks_use_equinox_cells(torso, init_state):
     agent = zoo.make("ppo", torso=torso, **TINY)
-    state = agent.init(
-        CHAIN.observation_space,
-        CHAIN.action_space,
-        key=jr.PRNGKey(0),
-        num_envs=2,
-        total_steps=64,
-    )
+    state = init_state(agent, CHAIN, jr.PRNGKey(0), 2, 64)
     cell = eqx.nn.GRUCell if torso == "gru" else eqx.nn.LSTMCell
     assert isinstance(state.actor.torso.cell, cell)
     assert isinstance(state.critic.torso.cell, cell)
@@ -161,17 +155,11 @@ def test_recurrent_networks_use_equinox_cells(torso):
 
 
 @pytest.mark.parametrize("torso", ["gru", "lstm", "mlp"])
-def test_a_shared_torso_is_one_network_trained_by_both_heads(torso):
+def test_a_shared_torso_is_one_network_trained_by_both_heads(torso, init_state):
     """`shared_torso`: the critic is a head on the actor torso's features, the
     carry has one cell's part, and the value loss moves the shared torso."""
     agent = zoo.make("ppo", torso=torso, shared_torso=True, **TINY)
-    state = agent.init(
-        CHAIN.observation_space,
-        CHAIN.action_space,
-        key=jr.PRNGKey(0),
-        num_envs=2,
-        total_steps=64,
-    )
+    state = init_state(agent, CHAIN, jr.PRNGKey(0), 2, 64)
     assert state.critic.torso is None
     assert state.critic.head.in_features == state.actor.torso.out_size
     obs, _ = CHAIN.reset(jr.PRNGKey(1))

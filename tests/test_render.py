@@ -111,16 +111,10 @@ def test_render_errors(getkey):
 
 
 @pytest.fixture(scope="module")
-def ppo_cartpole():
+def ppo_cartpole(init_state):
     env = envs.CartPole()
     agent = zoo.make("ppo")
-    state = agent.init(
-        env.observation_space,
-        env.action_space,
-        key=jr.PRNGKey(0),
-        num_envs=1,
-        total_steps=1000,
-    )
+    state = init_state(agent, env, jr.PRNGKey(0), 1, 1000)
     return agent, state, env
 
 
@@ -191,16 +185,10 @@ def test_record_through_a_wrapper(ppo_cartpole, cartpole_episodes):
         assert all(np.array_equal(a, b) for a, b in zip(frames, base[:-1], strict=True))
 
 
-def test_record_minatar(tmp_path):
+def test_record_minatar(tmp_path, init_state):
     env = envs.make("Breakout-MinAtar")
     agent = zoo.make("ppo", torso="mlp")  # compiles faster than the CNN
-    state = agent.init(
-        env.observation_space,
-        env.action_space,
-        key=jr.PRNGKey(0),
-        num_envs=1,
-        total_steps=1000,
-    )
+    state = init_state(agent, env, jr.PRNGKey(0), 1, 1000)
     episodes = record_episodes(agent, state, env, key=jr.PRNGKey(1), max_steps=12)
     (frames,) = episodes.frames
     assert 2 <= len(frames) <= 13 and frames[0].shape == (160, 160, 3)

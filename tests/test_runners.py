@@ -197,41 +197,19 @@ def test_run_in_chunks_equals_one_call_and_reports_floats():
 
 
 def test_run_validates_before_compiling():
-    with pytest.raises(ValueError, match="num_seeds must be a positive integer"):
-        runners.run(
-            zoo.make("ppo"),
-            envs.make("CartPole-v1"),
-            key=jr.PRNGKey(0),
-            total_steps=100,
-            num_seeds=0,
-        )
-    with pytest.raises(ValueError, match="eval_episodes must be positive"):
-        runners.run(
-            zoo.make("ppo"),
-            envs.make("CartPole-v1"),
-            key=jr.PRNGKey(0),
-            total_steps=100,
-            eval_episodes=0,
-        )
-    with pytest.raises(ValueError, match="num_envs must be a positive integer"):
-        runners.run(
-            zoo.make("ppo"),
-            envs.make("CartPole-v1"),
-            key=jr.PRNGKey(0),
-            total_steps=100,
-            num_envs=0,
-        )
+    agent, env = zoo.make("ppo"), envs.make("CartPole-v1")
+    for bad, message in [
+        ({"num_seeds": 0}, "num_seeds must be a positive integer"),
+        ({"eval_episodes": 0}, "eval_episodes must be positive"),
+        ({"num_envs": 0}, "num_envs must be a positive integer"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            runners.run(agent, env, key=jr.PRNGKey(0), total_steps=100, **bad)
 
 
-def test_evaluate_returns_one_return_per_episode(getkey):
+def test_evaluate_returns_one_return_per_episode(getkey, init_state):
     agent, env = SMALL["ppo"](), envs.make("probe/TruncatedConstantReward")
-    state = agent.init(
-        env.observation_space,
-        env.action_space,
-        key=getkey(),
-        num_envs=1,
-        total_steps=16,
-    )
+    state = init_state(agent, env, getkey(), 1, 16)
     returns = runners.evaluate(agent, state, env, key=getkey(), num_episodes=5)
     # Every episode is truncated after exactly 5 steps of reward 1.
     np.testing.assert_array_equal(np.asarray(returns), [5.0] * 5)

@@ -20,17 +20,11 @@ import zoo
     ],
 )
 def test_save_then_load_gives_the_same_agent_and_state(
-    agent_name, env_name, tmp_path, getkey
+    agent_name, env_name, tmp_path, getkey, init_state
 ):
     env = envs.make(env_name)
     agent = zoo.make(agent_name, hidden_sizes=(8,), learning_rate=3e-4)
-    state = agent.init(
-        env.observation_space,
-        env.action_space,
-        key=getkey(),
-        num_envs=2,
-        total_steps=4096,
-    )
+    state = init_state(agent, env, getkey(), 2, 4096)
     path = tmp_path / "agent.eqx"
     zoo.save(path, agent, state, env.observation_space, env.action_space)
     loaded_agent, loaded_state = zoo.load(path)
@@ -88,16 +82,10 @@ def test_normalize_obs_statistics_are_saved_and_frozen_in_evaluation(tmp_path, g
     np.testing.assert_allclose(action, 2.0 * jnp.tanh(mean), rtol=1e-5, atol=1e-6)
 
 
-def test_load_rejects_damaged_files(tmp_path, getkey):
+def test_load_rejects_damaged_files(tmp_path, getkey, init_state):
     env = envs.make("CartPole-v1")
     agent = zoo.make("dqn", hidden_sizes=(8,))
-    state = agent.init(
-        env.observation_space,
-        env.action_space,
-        key=getkey(),
-        num_envs=1,
-        total_steps=100,
-    )
+    state = init_state(agent, env, getkey(), 1, 100)
     good = tmp_path / "agent.eqx"
     zoo.save(good, agent, state, env.observation_space, env.action_space)
     truncated = tmp_path / "truncated.eqx"

@@ -223,14 +223,19 @@ def _values(name, agent, state, obs):
     return jnp.max(agent.value(jax.vmap(state.online)(obs)), axis=1)
 
 
+def _trained(name, env_name, key):
+    """Agent `name` with its default config, trained on the probe `env_name`."""
+    agent = AGENTS[name]()
+    env = envs.make(env_name)
+    return agent, runners.train(
+        agent, env, key=key, total_steps=STEPS[name], num_envs=8
+    )
+
+
 @pytest.mark.parametrize("name", sorted(AGENTS))
 def test_value_of_a_reward_one_step_later_is_discounted(name, getkey):
     """`probe/TwoStepDiscount`: reward 0, then 1: V = gamma, then 1."""
-    agent = AGENTS[name]()
-    state, metrics = runners.train(
-        agent, envs.make("probe/TwoStepDiscount"), key=getkey(),
-        total_steps=STEPS[name], num_envs=8,
-    )  # fmt: skip
+    agent, (state, metrics) = _trained(name, "probe/TwoStepDiscount", getkey())
     assert np.all(np.isfinite(metrics["loss"]))
     values = _values(name, agent, state.agent_state, [0.0, 1.0])
     np.testing.assert_allclose(values, [GAMMA, 1.0], atol=0.1)
@@ -239,11 +244,7 @@ def test_value_of_a_reward_one_step_later_is_discounted(name, getkey):
 @pytest.mark.parametrize("name", sorted(AGENTS))
 def test_the_rewarded_action_is_learnt(name, getkey):
     """`probe/ActionReward`: action 1 gives 1, action 0 nothing."""
-    agent = AGENTS[name]()
-    state, _ = runners.train(
-        agent, envs.make("probe/ActionReward"), key=getkey(),
-        total_steps=STEPS[name], num_envs=8,
-    )  # fmt: skip
+    agent, (state, _) = _trained(name, "probe/ActionReward", getkey())
     s = state.agent_state
     action, _ = agent.act(s, jnp.zeros(1), key=getkey(), greedy=True)
     assert int(action) == 1

@@ -6,7 +6,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
-from jaxtyping import Array, Int, PRNGKeyArray
+from jaxtyping import Array, Int
 
 from envs import Space
 
@@ -101,7 +101,7 @@ class A2C(AbstractActorCritic):
         return loss, aux
 
     def update(
-        self, state: ActorCriticState, memory: RolloutState, *, key: PRNGKeyArray
+        self, state, memory, *, key
     ) -> tuple[ActorCriticState, RolloutState, Metrics]:
         traj, advantages, returns = self.advantages(state, memory)
         data = self.training_batch(traj, advantages, returns)

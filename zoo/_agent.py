@@ -187,13 +187,7 @@ class AbstractMemorylessAgent(AbstractAgent[S], Generic[S]):
 
     @final
     def act_step(
-        self,
-        state: S,
-        carry: PyTree,
-        obs: Shaped[Array, "..."],
-        *,
-        key: PRNGKeyArray,
-        greedy: bool = False,
+        self, state, carry, obs, *, key, greedy=False
     ) -> tuple[Shaped[Array, "..."], Extras, PyTree]:
         action, extras = self.act(state, obs, key=key, greedy=greedy)
         return action, extras, carry
@@ -230,13 +224,7 @@ class AbstractRecurrentAgent(AbstractAgent[S], Generic[S]):
 
     @final
     def act_step(
-        self,
-        state: S,
-        carry: PyTree,
-        obs: Shaped[Array, "..."],
-        *,
-        key: PRNGKeyArray,
-        greedy: bool = False,
+        self, state, carry, obs, *, key, greedy=False
     ) -> tuple[Shaped[Array, "..."], Extras, PyTree]:
         if self.recurrent:
             return self.recurrent_act(state, carry, obs, key=key, greedy=greedy)

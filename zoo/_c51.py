@@ -5,10 +5,9 @@ from typing import final
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, PRNGKeyArray, Shaped
+from jaxtyping import Array, Float
 
 from ._agent import register
-from ._networks import QNetwork
 from ._q_learning import AbstractQAgent
 
 
@@ -71,9 +70,7 @@ class C51(AbstractQAgent):
                 f"C51: v_min must be below v_max, got [{self.v_min}, {self.v_max}]"
             )
 
-    def outputs(
-        self, network: QNetwork, obs: Shaped[Array, "..."], *, key: PRNGKeyArray
-    ) -> Float[Array, "actions ..."]:
+    def outputs(self, network, obs, *, key) -> Float[Array, "actions ..."]:
         return network(obs)
 
     @property
@@ -90,11 +87,7 @@ class C51(AbstractQAgent):
         return jax.nn.softmax(out, axis=-1) @ self.support
 
     def td_loss(
-        self,
-        taken: Float[Array, "batch atoms"],
-        next_taken: Float[Array, "batch atoms"],
-        reward: Float[Array, " batch"],
-        discount: Float[Array, " batch"],
+        self, taken, next_taken, reward, discount
     ) -> tuple[Float[Array, " batch"], Float[Array, " batch"]]:
         support = self.support
         target_support = reward[:, None] + discount[:, None] * support[None, :]

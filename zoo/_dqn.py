@@ -5,10 +5,9 @@ from typing import final
 import equinox as eqx
 import jax.numpy as jnp
 import optax
-from jaxtyping import Array, Float, PRNGKeyArray, Shaped
+from jaxtyping import Array, Float
 
 from ._agent import register
-from ._networks import QNetwork
 from ._q_learning import AbstractQAgent, QState
 
 # DQN's state is the Q-learning state every value-based agent shares.
@@ -59,9 +58,7 @@ class DQN(AbstractQAgent):
     double_q: bool = eqx.field(static=True, default=True)
     huber_delta: float = 1.0
 
-    def outputs(
-        self, network: QNetwork, obs: Shaped[Array, "..."], *, key: PRNGKeyArray
-    ) -> Float[Array, "actions ..."]:
+    def outputs(self, network, obs, *, key) -> Float[Array, "actions ..."]:
         return network(obs)
 
     @property
@@ -72,11 +69,7 @@ class DQN(AbstractQAgent):
         return out
 
     def td_loss(
-        self,
-        taken: Float[Array, " batch"],
-        next_taken: Float[Array, " batch"],
-        reward: Float[Array, " batch"],
-        discount: Float[Array, " batch"],
+        self, taken, next_taken, reward, discount
     ) -> tuple[Float[Array, " batch"], Float[Array, " batch"]]:
         y = reward + discount * next_taken
         losses = optax.huber_loss(taken, y, delta=self.huber_delta)

@@ -223,14 +223,7 @@ class Replay(AbstractReplay):
         )
 
     def sample(
-        self,
-        state: ReplayState,
-        batch_size: int,
-        *,
-        key: PRNGKeyArray,
-        n_step: int = 1,
-        gamma: float | Float[Array, ""] = 1.0,
-        beta: float | Float[Array, ""] = 1.0,
+        self, state, batch_size, *, key, n_step=1, gamma=1.0, beta=1.0
     ) -> Sample:
         """Draw `batch_size` n-step transitions uniformly, with replacement, each
         starting at a stored step (whose whole window has been written) of a

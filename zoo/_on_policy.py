@@ -246,13 +246,7 @@ class AbstractActorCritic(AbstractRolloutAgent[ActorCriticState]):
             raise ValueError(f"{name}: gamma and gae_lambda must be in [0, 1]")
 
     def init(
-        self,
-        obs_space: Space,
-        action_space: Space,
-        *,
-        key: PRNGKeyArray,
-        num_envs: int,
-        total_steps: int,
+        self, obs_space, action_space, *, key, num_envs, total_steps
     ) -> ActorCriticState:
         k_actor, k_critic = jr.split(key)
         shape = obs_space.shape
@@ -386,12 +380,7 @@ class AbstractActorCritic(AbstractRolloutAgent[ActorCriticState]):
         return (one, () if self.shared_torso else one)
 
     def act(
-        self,
-        state: ActorCriticState,
-        obs: Shaped[Array, "..."],
-        *,
-        key: PRNGKeyArray,
-        greedy: bool = False,
+        self, state, obs, *, key, greedy=False
     ) -> tuple[Shaped[Array, "..."], Extras]:
         refuse_act(self)
         obs = self.preprocess(state, obs)
@@ -404,13 +393,7 @@ class AbstractActorCritic(AbstractRolloutAgent[ActorCriticState]):
         return self._decide(state, out, value, key=key, greedy=greedy)
 
     def recurrent_act(
-        self,
-        state: ActorCriticState,
-        carry: PyTree,
-        obs: Shaped[Array, "..."],
-        *,
-        key: PRNGKeyArray,
-        greedy: bool = False,
+        self, state, carry, obs, *, key, greedy=False
     ) -> tuple[Shaped[Array, "..."], Extras, PyTree]:
         obs = self.preprocess(state, obs)
         if self.shared_torso:

@@ -5,7 +5,7 @@ from typing import final
 import equinox as eqx
 import jax.numpy as jnp
 import optax
-from jaxtyping import Array, Int, PRNGKeyArray
+from jaxtyping import Array, Int
 
 from envs import Space
 
@@ -104,7 +104,7 @@ class PPO(AbstractActorCritic):
         return loss, aux
 
     def update(
-        self, state: ActorCriticState, memory: RolloutState, *, key: PRNGKeyArray
+        self, state, memory, *, key
     ) -> tuple[ActorCriticState, RolloutState, Metrics]:
         traj, advantages, returns = self.advantages(state, memory)
         data = self.training_batch(traj, advantages, returns)

@@ -128,15 +128,7 @@ class PQN(AbstractEpsilonGreedyAgent[PQNState], AbstractRolloutAgent[PQNState]):
         check_discrete(self, action_space)
         self.check_minibatches(num_envs, self.num_minibatches)
 
-    def init(
-        self,
-        obs_space: Space,
-        action_space: Space,
-        *,
-        key: PRNGKeyArray,
-        num_envs: int,
-        total_steps: int,
-    ) -> PQNState:
+    def init(self, obs_space, action_space, *, key, num_envs, total_steps) -> PQNState:
         if not isinstance(action_space, Discrete):
             raise ValueError("PQN needs a discrete action space")
         network = QNetwork(
@@ -170,13 +162,7 @@ class PQN(AbstractEpsilonGreedyAgent[PQNState], AbstractRolloutAgent[PQNState]):
         return state.q_network(obs)
 
     def recurrent_act(
-        self,
-        state: PQNState,
-        carry: PyTree,
-        obs: Shaped[Array, "..."],
-        *,
-        key: PRNGKeyArray,
-        greedy: bool = False,
+        self, state, carry, obs, *, key, greedy=False
     ) -> tuple[Int[Array, ""], Extras, PyTree]:
         q, next_carry = state.q_network.step(carry, self.preprocess(state, obs))
         action = self.choose(state, q, key=key, greedy=greedy)

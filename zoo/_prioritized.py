@@ -16,7 +16,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Float, Int
 
 from ._memory import (
     AbstractReplay,
@@ -145,14 +145,7 @@ class PrioritizedReplay(AbstractReplay):
         return PrioritizedReplayState(replay, tree, state.max_priority)
 
     def sample(
-        self,
-        state: PrioritizedReplayState,
-        batch_size: int,
-        *,
-        key: PRNGKeyArray,
-        n_step: int = 1,
-        gamma: float | Float[Array, ""] = 1.0,
-        beta: float | Float[Array, ""] = 1.0,
+        self, state, batch_size, *, key, n_step=1, gamma=1.0, beta=1.0
     ) -> Sample:
         """Draw `batch_size` transitions in proportion to their priorities, one
         from each of `batch_size` equal slices of the total priority (stratified,
@@ -181,12 +174,7 @@ class PrioritizedReplay(AbstractReplay):
         weights = weights / jnp.max(weights)
         return Sample(batch, discount, weights, row, env)
 
-    def update_priorities(
-        self,
-        state: PrioritizedReplayState,
-        sample: Sample,
-        priorities: Float[Array, " batch"],
-    ) -> PrioritizedReplayState:
+    def update_priorities(self, state, sample, priorities) -> PrioritizedReplayState:
         """Set the sampled transitions' priorities to `(priorities + eps)**alpha`."""
         num_envs = state.replay.data.reward.shape[1]
         value = (jnp.abs(priorities) + self.eps) ** self.alpha

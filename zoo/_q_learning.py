@@ -163,14 +163,7 @@ class AbstractEpsilonGreedyAgent(AbstractRecurrentAgent[S], Generic[S]):
         otherwise."""
         return initial_cell_carry(self.torso, self.cell_size)
 
-    def act(
-        self,
-        state: S,
-        obs: Shaped[Array, "..."],
-        *,
-        key: PRNGKeyArray,
-        greedy: bool = False,
-    ) -> tuple[Int[Array, ""], Extras]:
+    def act(self, state, obs, *, key, greedy=False) -> tuple[Int[Array, ""], Extras]:
         refuse_act(self)
         q = self.q_values(state, self.preprocess(state, obs), key=key)
         return self.choose(state, q, key=key, greedy=greedy), {}
@@ -274,15 +267,7 @@ class AbstractQAgent(
         check_discrete(self, action_space)
         self.check_replay(num_envs)
 
-    def init(
-        self,
-        obs_space: Space,
-        action_space: Space,
-        *,
-        key: PRNGKeyArray,
-        num_envs: int,
-        total_steps: int,
-    ) -> QState:
+    def init(self, obs_space, action_space, *, key, num_envs, total_steps) -> QState:
         if not isinstance(action_space, Discrete):
             raise ValueError(f"{type(self).__name__} needs a discrete action space")
         online = QNetwork(
@@ -317,13 +302,7 @@ class AbstractQAgent(
         return self.value(self.outputs(state.online, obs, key=key))
 
     def recurrent_act(
-        self,
-        state: QState,
-        carry: PyTree,
-        obs: Shaped[Array, "..."],
-        *,
-        key: PRNGKeyArray,
-        greedy: bool = False,
+        self, state, carry, obs, *, key, greedy=False
     ) -> tuple[Int[Array, ""], Extras, PyTree]:
         out, next_carry = state.online.step(carry, self.preprocess(state, obs))
         action = self.choose(state, self.value(out), key=key, greedy=greedy)

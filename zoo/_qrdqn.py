@@ -5,10 +5,9 @@ from typing import final
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, PRNGKeyArray, Shaped
+from jaxtyping import Array, Float
 
 from ._agent import register
-from ._networks import QNetwork
 from ._q_learning import AbstractQAgent
 
 
@@ -63,9 +62,7 @@ class QRDQN(AbstractQAgent):
         if self.kappa < 0:
             raise ValueError(f"QRDQN: kappa must be >= 0, got {self.kappa}")
 
-    def outputs(
-        self, network: QNetwork, obs: Shaped[Array, "..."], *, key: PRNGKeyArray
-    ) -> Float[Array, "actions ..."]:
+    def outputs(self, network, obs, *, key) -> Float[Array, "actions ..."]:
         return network(obs)
 
     @property
@@ -78,11 +75,7 @@ class QRDQN(AbstractQAgent):
         return jnp.mean(out, axis=-1)
 
     def td_loss(
-        self,
-        taken: Float[Array, "batch quantiles"],
-        next_taken: Float[Array, "batch quantiles"],
-        reward: Float[Array, " batch"],
-        discount: Float[Array, " batch"],
+        self, taken, next_taken, reward, discount
     ) -> tuple[Float[Array, " batch"], Float[Array, " batch"]]:
         target = reward[:, None] + discount[:, None] * next_taken
         target = jax.lax.stop_gradient(target)

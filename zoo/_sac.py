@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import optax
-from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
+from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
-from envs import Box, Space
+from envs import Box
 
 from . import _distributions as dist
 from ._agent import Extras, Metrics, adam_optimizer, check_positive, register
@@ -94,15 +94,7 @@ class AbstractSoftActorCritic(AbstractContinuousAgent[SACState]):
                 f"low < high, got {self.log_std_bounds}"
             )
 
-    def init(
-        self,
-        obs_space: Space,
-        action_space: Space,
-        *,
-        key: PRNGKeyArray,
-        num_envs: int,
-        total_steps: int,
-    ) -> SACState:
+    def init(self, obs_space, action_space, *, key, num_envs, total_steps) -> SACState:
         space = check_box(self, action_space, squashed=True)
         k_actor, k_critic = jr.split(key)
         dim = space.shape[0]
@@ -152,12 +144,7 @@ class AbstractSoftActorCritic(AbstractContinuousAgent[SACState]):
         return adam_optimizer(self.alpha_learning_rate, self.max_grad_norm)
 
     def act(
-        self,
-        state: SACState,
-        obs: Shaped[Array, "..."],
-        *,
-        key: PRNGKeyArray,
-        greedy: bool = False,
+        self, state, obs, *, key, greedy=False
     ) -> tuple[Float[Array, " action_dim"], Extras]:
         actor = state.actor
         if isinstance(actor, SDEActor):

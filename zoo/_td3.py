@@ -10,9 +10,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
+from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
 
-from envs import Box, Space
+from envs import Box
 
 from ._agent import Extras, Metrics, check_positive, register
 from ._memory import Sample
@@ -85,15 +85,7 @@ class AbstractDeterministicAgent(AbstractContinuousAgent[TD3State]):
                     f"{name}: {field} must be >= 0, got {getattr(self, field)}"
                 )
 
-    def init(
-        self,
-        obs_space: Space,
-        action_space: Space,
-        *,
-        key: PRNGKeyArray,
-        num_envs: int,
-        total_steps: int,
-    ) -> TD3State:
+    def init(self, obs_space, action_space, *, key, num_envs, total_steps) -> TD3State:
         space = check_box(self, action_space, squashed=True)
         k_actor, k_critic, k_noise = jr.split(key, 3)
         dim, shape = space.shape[0], obs_space.shape
@@ -132,12 +124,7 @@ class AbstractDeterministicAgent(AbstractContinuousAgent[TD3State]):
         )
 
     def act(
-        self,
-        state: TD3State,
-        obs: Shaped[Array, "..."],
-        *,
-        key: PRNGKeyArray,
-        greedy: bool = False,
+        self, state, obs, *, key, greedy=False
     ) -> tuple[Float[Array, " action_dim"], Extras]:
         actor = state.actor
         features = actor.torso(self.preprocess(state, obs))
