@@ -12,6 +12,11 @@ from ._env import (
     AbstractWrapper as AbstractWrapper,
 )
 from ._gymnax import GymnaxEnv as GymnaxEnv
+from ._mujoco import (
+    MUJOCO_TASKS as MUJOCO_TASKS,
+    MujocoEnv as MujocoEnv,
+    MujocoState as MujocoState,
+)
 from ._multi_agent import (
     ALL_AGENTS as ALL_AGENTS,
     AbstractMultiAgentEnv as AbstractMultiAgentEnv,

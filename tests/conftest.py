@@ -9,6 +9,14 @@ os.environ["XLA_FLAGS"] = (
     + " --xla_backend_optimization_level=1"
 ).strip()
 
+# MuJoCo picks its OpenGL backend at its first import, which any module may
+# make (Gymnasium's envs, Brax): headless, render through OSMesa (.ci/osmesa).
+if not os.environ.get("DISPLAY"):
+    import ctypes.util
+
+    if ctypes.util.find_library("OSMesa"):
+        os.environ.setdefault("MUJOCO_GL", "osmesa")
+
 import importlib.util
 from pathlib import Path
 
