@@ -83,10 +83,10 @@ class _Task:
     - `qvel_noise`: the reset noise of the velocities, `"uniform"` in
       `[-scale, scale]` or `"normal"` with standard deviation `scale` (the
       positions' is uniform).
-    - `forward`: what it reads of MuJoCo's last forward pass (`mj_forward` and
-      `mj_rnePostConstraint` at the last substep's start, as Gymnasium's
-      `data` holds them after `mj_step`); empty when it reads only positions
-      and velocities.
+    - `forward`: what it reads of the data MuJoCo's last substep leaves
+      (`mj_step`, then `mj_rnePostConstraint`, as Gymnasium steps: computed
+      at the substep's start under Euler, at RK4's last stage under RK4);
+      empty when it reads only positions and velocities.
     - `position`: the position whose change over a step is the forward
       velocity, read from the forward pass (`"xpos"`: the torso; `"com"`: the
       centre of mass), or `None` for `qpos[0]` (read from the state).
@@ -119,12 +119,9 @@ def _between(x: np.ndarray, bounds: tuple[float, float]) -> np.ndarray:
 
 
 def _alive(p: dict, physics: _Physics, task: "_Task") -> np.ndarray:
-    """The healthy reward: paid while healthy, or always when an unhealthy
-    state does not end the episode (Gymnasium's `healthy_reward` property)."""
-    healthy = task.healthy(p, physics)
-    if not p["terminate_when_unhealthy"]:
-        return np.full(healthy.shape, p["healthy_reward"])
-    return healthy * p["healthy_reward"]
+    """The healthy reward, paid while healthy (v5's: also when an unhealthy
+    state does not end the episode, it is not paid)."""
+    return task.healthy(p, physics) * p["healthy_reward"]
 
 
 def _planar_obs(clip_qvel: bool) -> Callable[[dict, _Physics], np.ndarray]:

@@ -53,14 +53,21 @@ def _our_state(genv, task: str) -> tuple[np.ndarray, np.ndarray, int]:
     return physics, np.array(position), _time_limit(genv)._elapsed_steps
 
 
-@pytest.mark.parametrize("task", envs.MUJOCO_TASKS)
-def test_transitions_equal_gymnasiums(task):
+CASES = [(task, {}) for task in envs.MUJOCO_TASKS] + [
+    # Parameters reach the task as Gymnasium's keyword arguments.
+    ("Hopper-v5", {"terminate_when_unhealthy": False, "ctrl_cost_weight": 0.01}),
+    ("Ant-v5", {"contact_cost_weight": 1e-3, "healthy_z_range": (0.3, 1.0)}),
+]
+
+
+@pytest.mark.parametrize(("task", "params"), CASES)
+def test_transitions_equal_gymnasiums(task, params):
     """From Gymnasium's state and the same random actions, over several hundred
     steps (a few episodes, the last ones cut by the time limit), our
     observations, rewards, terminations and truncations equal
     `gymnasium.make(task)`'s to float32 precision. All the steps go through
     one vmapped `step_env`, so one batched callback computes them."""
-    env, genv = envs.make(task), gym.make(task)
+    env, genv = envs.make(task, **params), gym.make(task, **params)
     assert isinstance(env, envs.MujocoEnv) and isinstance(env.action_space, envs.Box)
     obs, _ = genv.reset(seed=0)
     # Reset: our observation of the same positions and velocities.
