@@ -642,7 +642,11 @@ class MujocoEnv(AbstractEnv[MujocoState]):
             raise ValueError(
                 f"{task}: max_steps must be a positive integer, got {max_steps!r}"
             )
-        params = {**defaults, **env_params}
+        # Ranges may come as lists (a YAML config's); a static field hashes.
+        given = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in env_params.items()
+        }
+        params = {**defaults, **given}
         self.task = task
         self.params = tuple(sorted(params.items()))
         self.max_steps = max_steps

@@ -56,7 +56,7 @@ def _our_state(genv, task: str) -> tuple[np.ndarray, np.ndarray, int]:
 CASES = [(task, {}) for task in envs.MUJOCO_TASKS] + [
     # Parameters reach the task as Gymnasium's keyword arguments.
     ("Hopper-v5", {"terminate_when_unhealthy": False, "ctrl_cost_weight": 0.01}),
-    ("Ant-v5", {"contact_cost_weight": 1e-3, "healthy_z_range": (0.3, 1.0)}),
+    ("Ant-v5", {"contact_cost_weight": 1e-3, "healthy_z_range": [0.3, 1.0]}),
 ]
 
 
