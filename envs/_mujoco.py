@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, final
+from typing import Any, NamedTuple, final
 
 import equinox as eqx
 import jax
@@ -65,13 +65,14 @@ def installed() -> bool:
 # --- the tasks: Gymnasium's v5 definitions, on the host in float64 -------------
 
 
-class _Physics:
+class _Physics(NamedTuple):
     """The quantities of a batch of envs that a task reads: positions and
     velocities after the step (`qpos`, `qvel`), and what MuJoCo's last forward
     pass computed (`forward`, a dict of arrays, for tasks that read it)."""
 
-    def __init__(self, qpos: np.ndarray, qvel: np.ndarray, forward: dict):
-        self.qpos, self.qvel, self.forward = qpos, qvel, forward
+    qpos: np.ndarray
+    qvel: np.ndarray
+    forward: dict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,8 +91,9 @@ class _Task:
     - `position`: the position whose change over a step is the forward
       velocity, read from the forward pass (`"xpos"`: the torso; `"com"`: the
       centre of mass), or `None` for `qpos[0]` (read from the state).
-    - `observe(params, physics)`, `reward(params, physics, velocity, action)`,
-      `healthy(params, physics)`.
+    - `observe(params, physics)`, `healthy(params, physics)`, and
+      `reward(params, physics, velocity, action, healthy)` (given `healthy`'s
+      answer, computed once a step).
     - `reset_forward(sim, states)`: what `forward` holds after a reset,
       computed without MuJoCo (every env resets at every step of the compiled
       program, and is selected where its episode ended), or `None` to run
@@ -103,7 +105,7 @@ class _Task:
     params: dict[str, Any]
     qvel_noise: str
     observe: Callable[[dict, _Physics], np.ndarray]
-    reward: Callable[[dict, _Physics, np.ndarray, np.ndarray], np.ndarray]
+    reward: Callable[[dict, _Physics, np.ndarray, np.ndarray, np.ndarray], Any]
     healthy: Callable[[dict, _Physics], np.ndarray]
     forward: tuple[str, ...] = ()
     position: str | None = None
@@ -118,12 +120,6 @@ def _between(x: np.ndarray, bounds: tuple[float, float]) -> np.ndarray:
     return (bounds[0] < x) & (x < bounds[1])
 
 
-def _alive(p: dict, physics: _Physics, task: "_Task") -> np.ndarray:
-    """The healthy reward, paid while healthy (v5's: also when an unhealthy
-    state does not end the episode, it is not paid)."""
-    return task.healthy(p, physics) * p["healthy_reward"]
-
-
 def _planar_obs(clip_qvel: bool) -> Callable[[dict, _Physics], np.ndarray]:
     """HalfCheetah, Hopper, Walker2d: `qpos[1:]` and `qvel` (clipped to +-10)."""
 
@@ -134,12 +130,11 @@ def _planar_obs(clip_qvel: bool) -> Callable[[dict, _Physics], np.ndarray]:
     return observe
 
 
-def _walker_reward(task_name: str) -> Callable:
-    def reward(p: dict, s: _Physics, velocity: np.ndarray, action: np.ndarray):
-        alive = _alive(p, s, TASKS[task_name])
-        return p["forward_reward_weight"] * velocity + alive - _ctrl_cost(p, action)
-
-    return reward
+def _walker_reward(p: dict, s: _Physics, velocity, action, healthy) -> np.ndarray:
+    """Hopper, Walker2d. The healthy reward is paid while healthy only (v5's
+    rule, also when an unhealthy state does not end the episode)."""
+    alive = healthy * p["healthy_reward"]
+    return p["forward_reward_weight"] * velocity + alive - _ctrl_cost(p, action)
 
 
 def _hopper_healthy(p: dict, s: _Physics) -> np.ndarray:
@@ -169,11 +164,11 @@ def _ant_obs(p: dict, s: _Physics) -> np.ndarray:
     return np.concatenate([s.qpos[:, 2:], s.qvel, contact], axis=-1)
 
 
-def _ant_reward(p: dict, s: _Physics, velocity: np.ndarray, action: np.ndarray):
+def _ant_reward(p: dict, s: _Physics, velocity, action, healthy) -> np.ndarray:
     contact = p["contact_cost_weight"] * np.sum(
         np.square(_contact_forces(p, s)), axis=(-2, -1)
     )
-    alive = _alive(p, s, TASKS["Ant-v5"])
+    alive = healthy * p["healthy_reward"]
     return (
         velocity * p["forward_reward_weight"] + alive - _ctrl_cost(p, action) - contact
     )
@@ -202,14 +197,14 @@ def _humanoid_obs(p: dict, s: _Physics) -> np.ndarray:
     )
 
 
-def _humanoid_reward(p: dict, s: _Physics, velocity: np.ndarray, action: np.ndarray):
+def _humanoid_reward(p: dict, s: _Physics, velocity, action, healthy) -> np.ndarray:
     low, high = p["contact_cost_range"]
     contact = p["contact_cost_weight"] * np.sum(
         np.square(s.forward["cfrc_ext"]), axis=(-2, -1)
     )
     contact = np.clip(contact, low, high)
     # Gymnasium charges the control MuJoCo applied: `data.ctrl`, the action.
-    alive = _alive(p, s, TASKS["Humanoid-v5"])
+    alive = healthy * p["healthy_reward"]
     return (
         p["forward_reward_weight"] * velocity + alive - _ctrl_cost(p, action) - contact
     )
@@ -228,8 +223,8 @@ def _pendulum_healthy(p: dict, s: _Physics) -> np.ndarray:
     return np.isfinite(obs).all(axis=-1) & (np.abs(obs[:, 1]) <= 0.2)
 
 
-def _pendulum_reward(p: dict, s: _Physics, velocity: np.ndarray, action: np.ndarray):
-    return _pendulum_healthy(p, s).astype(np.float64)
+def _pendulum_reward(p: dict, s: _Physics, velocity, action, healthy) -> np.ndarray:
+    return healthy.astype(np.float64)
 
 
 def _double_pendulum_obs(p: dict, s: _Physics) -> np.ndarray:
@@ -250,13 +245,13 @@ def _double_pendulum_healthy(p: dict, s: _Physics) -> np.ndarray:
 
 
 def _double_pendulum_reward(
-    p: dict, s: _Physics, velocity: np.ndarray, action: np.ndarray
-):
+    p: dict, s: _Physics, velocity, action, healthy
+) -> np.ndarray:
     x, y = s.forward["site_xpos"][:, 0, 0], s.forward["site_xpos"][:, 0, 2]
     v1, v2 = s.qvel[:, 1], s.qvel[:, 2]
     distance = 0.01 * x**2 + (y - 2) ** 2
     speed = 1e-3 * v1**2 + 5e-3 * v2**2
-    alive = p["healthy_reward"] * _double_pendulum_healthy(p, s)
+    alive = p["healthy_reward"] * healthy
     return alive - distance - speed
 
 
@@ -276,8 +271,14 @@ def _double_pendulum_reset(sim: "_Sim", states: np.ndarray) -> dict[str, np.ndar
     return {"qfrc_constraint": np.zeros((len(states), sim.model.nv))}
 
 
-_WALKER = {"forward_reward_weight": 1.0, "ctrl_cost_weight": 1e-3}
-_HEALTHY = {"healthy_reward": 1.0, "terminate_when_unhealthy": True}
+# Hopper's and Walker2d's shared parameters.
+_WALKER = {
+    "forward_reward_weight": 1.0,
+    "ctrl_cost_weight": 1e-3,
+    "healthy_reward": 1.0,
+    "terminate_when_unhealthy": True,
+    "reset_noise_scale": 5e-3,
+}
 
 TASKS: dict[str, _Task] = {
     "HalfCheetah-v5": _Task(
@@ -290,7 +291,7 @@ TASKS: dict[str, _Task] = {
         },
         "normal",
         _planar_obs(clip_qvel=False),
-        lambda p, s, v, a: p["forward_reward_weight"] * v - _ctrl_cost(p, a),
+        lambda p, s, v, a, healthy: p["forward_reward_weight"] * v - _ctrl_cost(p, a),
         lambda p, s: np.ones(len(s.qpos), bool),
     ),
     "Hopper-v5": _Task(
@@ -298,15 +299,13 @@ TASKS: dict[str, _Task] = {
         4,
         {
             **_WALKER,
-            **_HEALTHY,
             "healthy_state_range": (-100.0, 100.0),
             "healthy_z_range": (0.7, INF),
             "healthy_angle_range": (-0.2, 0.2),
-            "reset_noise_scale": 5e-3,
         },
         "uniform",
         _planar_obs(clip_qvel=True),
-        _walker_reward("Hopper-v5"),
+        _walker_reward,
         _hopper_healthy,
     ),
     "Walker2d-v5": _Task(
@@ -314,14 +313,12 @@ TASKS: dict[str, _Task] = {
         4,
         {
             **_WALKER,
-            **_HEALTHY,
             "healthy_z_range": (0.8, 2.0),
             "healthy_angle_range": (-1.0, 1.0),
-            "reset_noise_scale": 5e-3,
         },
         "uniform",
         _planar_obs(clip_qvel=True),
-        _walker_reward("Walker2d-v5"),
+        _walker_reward,
         _walker2d_healthy,
     ),
     "Ant-v5": _Task(
@@ -331,7 +328,8 @@ TASKS: dict[str, _Task] = {
             "forward_reward_weight": 1.0,
             "ctrl_cost_weight": 0.5,
             "contact_cost_weight": 5e-4,
-            **_HEALTHY,
+            "healthy_reward": 1.0,
+            "terminate_when_unhealthy": True,
             "healthy_z_range": (0.2, 1.0),
             "contact_force_range": (-1.0, 1.0),
             "reset_noise_scale": 0.1,
@@ -574,8 +572,8 @@ def _step(task: _Task, sim: _Sim, params: dict, physics_bits, position_bits, act
     physics = _Physics(*sim.split(after), forward)
     velocity = (position - before)[:, 0] / sim.dt
     obs = task.observe(params, physics)
-    reward = task.reward(params, physics, velocity, ctrl)
     healthy = task.healthy(params, physics)
+    reward = task.reward(params, physics, velocity, ctrl, healthy)
     return (
         _bits(after).reshape(*batch, -1),
         _bits(position).reshape(*batch, -1),
