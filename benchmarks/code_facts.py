@@ -15,7 +15,7 @@ before and after the experiments redesign):
   argument, a keyword or a string in `experiments/`, `runners/` and `benchmarks/`;
 - what an addition touches (issue 44): the files outside an agent's module (or
   a suite's) and the tests that name it in code or in the API docs (`PQN`, the
-  newest agent; `MujocoEnv`, the newest suite);
+  newest agent; `PlaygroundEnv`, the newest suite);
 - tests of an env's name for a suite's rules (`"MinAtar" in env`);
 - concrete methods of `zoo/` and `envs/` classes overridden in a subclass
   (Equinox's abstract/final pattern: there should be none).
@@ -289,7 +289,7 @@ def facts() -> dict:
         "private_imports": private_imports(),
         "key_places": {k: key_places(k) for k in PROBE_KEYS},
         "new_agent_touches": touches("PQN", "zoo/_pqn.py"),
-        "new_suite_touches": touches("MujocoEnv", "envs/_mujoco.py"),
+        "new_suite_touches": touches("PlaygroundEnv", "envs/_playground.py"),
         "suite_name_tests": suite_tests(),
         "overridden": overridden(),
     }

@@ -24,6 +24,10 @@ from ._multi_agent import (
     MatrixGame as MatrixGame,
     MatrixGameState as MatrixGameState,
 )
+from ._playground import (
+    PlaygroundEnv as PlaygroundEnv,
+    PlaygroundState as PlaygroundState,
+)
 from ._probes import (
     ActionReward as ActionReward,
     ConstantReward as ConstantReward,
