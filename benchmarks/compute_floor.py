@@ -97,7 +97,7 @@ def measure(seeds_list: list[int], steps: int, repeats: int = 50) -> dict:
         step = jax.jit(jax.vmap(update, in_axes=(0, 0, None)))
         p = jax.tree.map(lambda a: jnp.stack([a] * seeds), params)
         d = jax.tree.map(lambda a: jnp.stack([a] * seeds), data)
-        cost = step.lower(p, d, key).compile().cost_analysis()
+        cost = step.lower(p, d, key).compile().cost_analysis() or {}
         flops = (cost[0] if isinstance(cost, list) else cost)["flops"]
         p = jax.block_until_ready(step(p, d, key))
         t = time.perf_counter()
