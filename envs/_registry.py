@@ -157,7 +157,8 @@ class Suite:
 
 
 # Every suite, in the order a name is looked up (the first that has it builds
-# it): ours before gymnax's, gymnax's before JaxMARL's. A suite in a module of
+# it; the multi-agent ones after every single-agent one, see `suite_of`): ours
+# before gymnax's, gymnax's before JaxMARL's. A suite in a module of
 # its own adds itself with `register_suite`, which `envs/__init__.py`'s import
 # of that module runs.
 SUITES: dict[str, Suite] = {
@@ -197,11 +198,15 @@ def register_suite(name: str, suite: Suite) -> None:
 
 def suite_of(name: str) -> str | None:
     """The name of the suite in `SUITES` that builds env `name`, or `None`.
-    A suite whose prefix `name` starts with has it first."""
+    A suite whose prefix `name` starts with has it first; then the
+    single-agent suites in their order, then the multi-agent ones (so that
+    building a single-agent env does not import JaxMARL, 4.5 s, to rule its
+    names out)."""
     for suite_name, suite in SUITES.items():
         if suite.prefix and name.startswith(suite.prefix):
             return suite_name
-    for suite_name, suite in SUITES.items():
+    # `sorted` is stable: each kind keeps its lookup order.
+    for suite_name, suite in sorted(SUITES.items(), key=lambda s: s[1].multi_agent):
         if suite.has(name):
             return suite_name
     return None
