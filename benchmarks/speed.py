@@ -5,10 +5,14 @@
     python benchmarks/speed.py --all --seeds 8       # every tuned agent:env pair
     python benchmarks/speed.py --case dqn:CartPole-v1 --hp prioritized=true
     python benchmarks/speed.py --case ppo:CartPole-v1 --total-steps 76800 --seed 1
+    python benchmarks/speed.py --case ppo:playground/CheetahRun --num-envs 2048 \
+        --total-steps 6144000 --hp num_steps=30 --seeds 1  # a pair with no tuned block
 
 Each (case, seeds) pair runs in a fresh Python process, so that `total_s` counts
 everything a user waits for: interpreter start, imports, compilation, training.
-Hyperparameters are the tuned ones in `experiments/configs/<agent>.yaml`, and the
+Hyperparameters are the tuned ones in `experiments/configs/<agent>.yaml` (a
+pair without a tuned block runs the agent's defaults and `--hp`, and needs
+`--total-steps` and `--num-envs`; its line says `"tuned": false`), and the
 XLA flags and persistent compilation cache are those `experiments.run` uses: the
 first run of a case compiles cold and fills the cache, later runs load from it.
 `--cache off` measures a cold compilation every time.
@@ -37,6 +41,31 @@ def all_cases() -> list[str]:
 
 
 EVAL_EPISODES = 128
+# The run settings a block holds, which a pair without one must be given.
+RUN_KEYS = ("total_steps", "num_envs")
+
+
+def check_case(case: str, run: dict) -> None:
+    """Refuse a malformed `agent:env`, an unknown agent or env, and a pair
+    without a tuned block whose run settings (`total_steps`, `num_envs`) are
+    not all given, before any case runs."""
+    import envs
+    import zoo
+    from experiments.configs import tuned
+
+    agent, sep, env = case.partition(":")
+    if not sep or not agent or not env:
+        raise SystemExit(f"--case takes agent:env, got {case!r}")
+    if agent not in zoo.names():
+        raise SystemExit(f"--case {case}: unknown agent {agent!r}; {zoo.names()}")
+    if envs.suite_of(env) is None:
+        raise SystemExit(f"--case {case}: unknown env {env!r} (see envs.names())")
+    missing = [f"--{k.replace('_', '-')}" for k in RUN_KEYS if run.get(k) is None]
+    if tuned(agent, env) is None and missing:
+        raise SystemExit(
+            f"--case {case} has no tuned block (experiments/configs/{agent}.yaml): "
+            f"give {' and '.join(missing)}, and hyperparameters with --hp"
+        )
 
 
 def parse_hp(items: list[str]) -> dict:
@@ -74,9 +103,8 @@ def child(
 
     agent_name, env_name = case.split(":")
     block = tuned(agent_name, env_name)
-    if block is None:
-        raise SystemExit(f"no tuned config for {case}")
-    block = {**block, **run}
+    is_tuned = block is not None
+    block = {**(block or {}), **run}
     env_params = {**block.get("env_params", {}), **env_params}
     # The experiments' core, unrecorded, evaluating once at the end.
     spec = experiments.RunSpec.resolve(
@@ -99,6 +127,7 @@ def child(
     return {
         "agent": agent_name,
         "env": env_name,
+        "tuned": is_tuned,
         "num_seeds": num_seeds,
         "hp": hp,
         "env_params": env_params,
@@ -118,7 +147,10 @@ def child(
 def main() -> None:
     parser = argparse.ArgumentParser(description="Training speed and final return.")
     parser.add_argument(
-        "--case", action="append", choices=all_cases(), help="agent:env"
+        "--case",
+        action="append",
+        help="agent:env: a tuned pair (--all lists them), or any other with "
+        "--total-steps and --num-envs",
     )
     parser.add_argument("--all", action="store_true", help="every tuned pair")
     parser.add_argument("--seeds", type=int, action="append", help="number of seeds")
@@ -185,6 +217,8 @@ def main() -> None:
     ]:
         if value is not None and value <= 0:
             raise SystemExit(f"{flag} must be a positive integer, got {value}")
+    for case in args.case or []:
+        check_case(case, {"total_steps": args.total_steps, "num_envs": args.num_envs})
     from experiments import jax_setup
 
     jax_setup.set_xla_flags()  # inherited by the child processes

@@ -51,6 +51,20 @@ def test_hp_without_equals_sign_is_refused():
         speed.parse_hp(["learning_rate"])
 
 
+def test_a_case_is_checked_before_any_runs():
+    settings = {"total_steps": 6144000, "num_envs": 2048}
+    speed.check_case("ppo:CartPole-v1", {})  # tuned: its block has the settings
+    speed.check_case("ppo:playground/CheetahRun", settings)  # untuned, given
+    with pytest.raises(SystemExit, match=r"no tuned block.*give --num-envs"):
+        speed.check_case("ppo:playground/CheetahRun", {"total_steps": 6144000})
+    with pytest.raises(SystemExit, match="agent:env"):
+        speed.check_case("ppo", settings)
+    with pytest.raises(SystemExit, match="unknown agent 'ppp'"):
+        speed.check_case("ppp:CartPole-v1", settings)
+    with pytest.raises(SystemExit, match="unknown env 'CartPole-v9'"):
+        speed.check_case("ppo:CartPole-v9", settings)
+
+
 def test_iqm_is_the_mean_of_the_middle_half():
     # 8 seeds: drop the 2 lowest and 2 highest, average the middle 4.
     x = np.array([-200.0, 10, 1, 3, 2, 4, 5, 900])
