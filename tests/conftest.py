@@ -68,6 +68,45 @@ def init_state():
     return init
 
 
+@pytest.fixture(scope="session")
+def resumes_bitwise():
+    """`resumes_bitwise(agent, env, folder, *, every, **run_kwargs)`: train with
+    `runners.run`, checkpointing every `every` env steps into `folder`; resume
+    from the first checkpoint; assert the two runs end in the same bytes.
+    Returns the uninterrupted run's result."""
+    import io
+
+    import equinox as eqx
+
+    import runners
+
+    def serialised(tree) -> bytes:
+        f = io.BytesIO()
+        eqx.tree_serialise_leaves(f, tree)
+        return f.getvalue()
+
+    def check(agent, env, folder, *, every, **kwargs):
+        def saver(state, report):
+            runners.save_checkpoint(folder / str(report.env_steps), state, {})
+
+        full = runners.run(
+            agent, env, checkpoint=saver, checkpoint_every=every, **kwargs
+        )
+        like = runners.state_template(
+            agent,
+            env,
+            num_envs=kwargs["num_envs"],
+            total_steps=1,
+            num_seeds=kwargs["num_seeds"],
+        )
+        state, _ = runners.load_checkpoint(folder / str(every), like)
+        resumed = runners.run(agent, env, state=state, chunks=full.chunks, **kwargs)
+        assert serialised(resumed.state) == serialised(full.state)
+        return full
+
+    return check
+
+
 @pytest.fixture
 def mongo_client(monkeypatch):
     """A mongomock client with GridFS, handed to whoever builds a
