@@ -756,23 +756,26 @@ _MODULES = {
     "InvertedDoublePendulum-v5": "inverted_double_pendulum_v5",
 }
 _LOCOMOTION = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5")
-_RENDERERS: dict[str, Any] = {}
+_RENDERERS: dict[Any, Any] = {}
 HEIGHT, WIDTH = 240, 320
 
 
-def _renderer(task: str) -> Any:
-    """One offscreen renderer per task and process (its OpenGL backend: see
-    `_mj`), closed at exit, before PyOpenGL is torn down."""
-    if task not in _RENDERERS:
+def _renderer(name: str, model: Any, variant: Any = ()) -> Any:
+    """One offscreen `HEIGHT x WIDTH` renderer of `model` per env `name` (and
+    `variant` of its model) and process (its OpenGL backend: see `_mj`),
+    without shadows and reflections, closed at exit, before PyOpenGL is torn
+    down. The Playground suite's frames come from here too."""
+    key = (name, variant)
+    if key not in _RENDERERS:
         import atexit
 
         mujoco = _mj()
         try:
-            renderer = mujoco.Renderer(_sim(task).model, HEIGHT, WIDTH)
+            renderer = mujoco.Renderer(model, HEIGHT, WIDTH)
         except Exception as e:
             gl = os.environ.get("MUJOCO_GL", "glfw")
             raise RuntimeError(
-                f"MuJoCo cannot render {task} with MUJOCO_GL={gl} ({e}); without a "
+                f"MuJoCo cannot render {name} with MUJOCO_GL={gl} ({e}); without a "
                 "display install OSMesa (apt-get install libosmesa6) or set "
                 "MUJOCO_GL=egl"
             ) from None
@@ -781,8 +784,8 @@ def _renderer(task: str) -> Any:
         renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = False
         renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = False
         atexit.register(renderer.close)
-        _RENDERERS[task] = renderer
-    return _RENDERERS[task]
+        _RENDERERS[key] = renderer
+    return _RENDERERS[key]
 
 
 def _render(env: MujocoEnv, state: MujocoState) -> np.ndarray:
@@ -813,7 +816,7 @@ def _render(env: MujocoEnv, state: MujocoState) -> np.ndarray:
         if env.task in _LOCOMOTION:
             camera.type = mujoco.mjtCamera.mjCAMERA_TRACKING
             camera.trackbodyid = 1
-        renderer = _renderer(env.task)
+        renderer = _renderer(env.task, sim.model)
         renderer.update_scene(data, camera=camera)
         return np.array(renderer.render(), dtype=np.uint8)
 

@@ -131,6 +131,9 @@ class PlaygroundEnv(AbstractEnv[PlaygroundState]):
     overrides: tuple[tuple[str, Any], ...] = eqx.field(static=True)
     episode_length: int = eqx.field(static=True)
     action_repeat: int = eqx.field(static=True)
+    # Playground's `observation_size` traces its `reset` each time it is read
+    # (1.4 s for CheetahRun): read once, here.
+    obs_size: int = eqx.field(static=True)
 
     def __init__(self, task: str, **env_params: Any):
         if not installed():
@@ -185,6 +188,7 @@ class PlaygroundEnv(AbstractEnv[PlaygroundState]):
                 f"{PREFIX}{task} observes a dict {size}; only flat observations "
                 "are offered"
             )
+        self.obs_size = size
 
     @property
     def env(self) -> Any:
@@ -202,8 +206,7 @@ class PlaygroundEnv(AbstractEnv[PlaygroundState]):
 
     @property
     def observation_space(self) -> Space:
-        with _theirs():
-            return Box(-np.inf, np.inf, (int(self.env.observation_size),))
+        return Box(-np.inf, np.inf, (self.obs_size,))
 
     @property
     def action_space(self) -> Space:
@@ -245,31 +248,18 @@ class PlaygroundEnv(AbstractEnv[PlaygroundState]):
         )
 
 
-# One offscreen renderer per task and process, as `_mujoco.py` keeps them.
-_RENDERERS: dict[tuple[str, tuple], Any] = {}
-HEIGHT, WIDTH = 240, 320
-
-
 def _render(env: PlaygroundEnv, state: PlaygroundState) -> np.ndarray:
-    """A `[240, 320, 3]` frame of one state by MuJoCo's renderer, from the
-    task's first camera (DM Control's tracking view), as Playground's own
-    `render` draws it: positions, velocities and mocap bodies copied into
-    MuJoCo's data, then `mj_forward`."""
-    from ._mujoco import _mj
+    """A `[240, 320, 3]` frame of one state by MuJoCo's renderer (the one
+    `_mujoco.py` keeps per task), from the task's first camera (DM Control's
+    tracking view), as Playground's own `render` draws it: positions,
+    velocities and mocap bodies copied into MuJoCo's data, then `mj_forward`."""
+    from ._mujoco import _mj, _renderer
     from .render import check_one_state
 
     check_one_state(env, state, getattr(state, "steps", None), "steps")
     mujoco = _mj()
     model = env.env.mj_model
-    if (env.task, env.overrides) not in _RENDERERS:
-        import atexit
-
-        renderer = mujoco.Renderer(model, HEIGHT, WIDTH)
-        renderer.scene.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = False
-        renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = False
-        atexit.register(renderer.close)
-        _RENDERERS[env.task, env.overrides] = renderer
-    renderer = _RENDERERS[env.task, env.overrides]
+    renderer = _renderer(env.name, model, env.overrides)
     inner = jax.tree.map(np.asarray, state.inner.data)
     data = mujoco.MjData(model)
     data.qpos, data.qvel = inner.qpos, inner.qvel
