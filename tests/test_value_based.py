@@ -77,6 +77,74 @@ def test_quantile_loss_is_minimised_at_the_target_quantiles():
         )
 
 
+# --- IQN ---------------------------------------------------------------------
+
+
+def test_cosine_embedding_by_hand():
+    phi = zoo.cosine_embedding(jnp.array([0.0, 0.5, 1.0 / 3.0]), 4)
+    assert phi.shape == (3, 4)
+    # cos(pi * i * tau) for i = 1..4.
+    np.testing.assert_allclose(phi[0], [1.0, 1.0, 1.0, 1.0], atol=1e-6)
+    np.testing.assert_allclose(phi[1], [0.0, -1.0, 0.0, 1.0], atol=1e-6)
+    np.testing.assert_allclose(phi[2], [0.5, -0.5, -1.0, -0.5], atol=1e-6)
+
+
+def test_quantile_huber_loss_at_given_fractions_by_hand():
+    quantiles = jnp.array([0.0, 1.0])
+    target = jnp.array([0.5, 3.0])
+    # As the midpoint case above, with weights |tau - 1{u<0}| at tau = 0.1, 0.6:
+    # u = [[0.5, 3], [-0.5, 2]] -> [[.1, .1], [.4, .6]].
+    expected = np.mean([0.1 * 0.125, 0.1 * 2.5]) + np.mean([0.4 * 0.125, 0.6 * 1.5])
+    loss = zoo.quantile_huber_loss(
+        quantiles, target, kappa=1.0, fractions=jnp.array([0.1, 0.6])
+    )
+    assert float(loss) == pytest.approx(expected, rel=1e-6)
+
+
+def test_iqn_loss_uses_the_fractions_its_keys_drew():
+    agent = zoo.make("iqn", n_quantiles=3)
+    keys = jr.split(jr.PRNGKey(0), 2)
+    taken = jnp.array([[0.0, 1.0, 2.0], [1.0, 1.0, 1.0]])
+    next_taken = jnp.array([[0.5, 1.5, 2.5], [0.0, 2.0, 4.0]])
+    reward, discount = jnp.array([1.0, 0.0]), jnp.array([0.5, 0.0])
+    losses, priorities = agent.td_loss(taken, next_taken, reward, discount, keys=keys)
+    for i in range(2):
+        fractions = agent.fractions(keys[i], 3)
+        target = reward[i] + discount[i] * next_taken[i]
+        expected = zoo.quantile_huber_loss(taken[i], target, 1.0, fractions)
+        assert float(losses[i]) == pytest.approx(float(expected), rel=1e-6)
+    np.testing.assert_allclose(priorities, losses)
+
+
+def test_iqn_network_gives_quantiles_at_the_fractions_it_is_given(getkey):
+    agent = zoo.make("iqn", hidden_sizes=(16,), embedding_size=8, dueling=True)
+    state = agent.init(
+        envs.make("CartPole-v1").observation_space,
+        envs.Discrete(2),
+        key=getkey(),
+        num_envs=1,
+        total_steps=100,
+    )
+    net, obs = state.online, jnp.array([0.1, -0.2, 0.03, 0.4])
+    z = net.quantiles(obs, jnp.array([0.1, 0.5, 0.9, 0.5]))
+    assert z.shape == (2, 4)
+    np.testing.assert_array_equal(z[:, 1], z[:, 3])  # same fraction, same quantile
+    assert not np.allclose(z[:, 0], z[:, 2])
+    with pytest.raises(TypeError, match="quantiles"):
+        net(obs)
+    # Acting draws its fractions from the key: the same key, the same values.
+    q = lambda k: agent.q_values(state, obs, key=k)
+    key = getkey()
+    np.testing.assert_array_equal(q(key), q(key))
+    assert not np.allclose(q(key), q(getkey()))
+
+
+def test_iqn_refuses_bad_sizes_in_one_line():
+    for field in ("n_quantiles", "n_policy_quantiles", "embedding_size"):
+        with pytest.raises(ValueError, match=f"IQN: {field} must be a positive"):
+            zoo.make("iqn", **{field: 0})
+
+
 # --- PQN ---------------------------------------------------------------------
 
 
@@ -196,6 +264,7 @@ REPLAY = dict(
 AGENTS = {
     "c51": lambda: zoo.make("c51", v_min=-1.0, v_max=2.0, **REPLAY),
     "qrdqn": lambda: zoo.make("qrdqn", **REPLAY),
+    "iqn": lambda: zoo.make("iqn", n_quantiles=16, **REPLAY),
     "dqn_per": lambda: zoo.make("dqn", prioritized=True, huber_delta=10.0, **REPLAY),
     "pqn": lambda: zoo.make(
         "pqn",
@@ -210,17 +279,24 @@ AGENTS = {
         "a2c", gamma=GAMMA, learning_rate=3e-3, num_steps=8, hidden_sizes=(32,)
     ),
 }
-STEPS = {"c51": 8_000, "qrdqn": 8_000, "dqn_per": 8_000, "pqn": 8_000, "a2c": 16_000}
+STEPS = {
+    "c51": 8_000,
+    "qrdqn": 8_000,
+    "iqn": 8_000,
+    "dqn_per": 8_000,
+    "pqn": 8_000,
+    "a2c": 16_000,
+}
 
 
 def _values(name, agent, state, obs):
-    """V for A2C, max_a Q for the rest, at each observation."""
+    """V for A2C, max_a Q for the rest, at each observation (IQN's from
+    fractions it draws)."""
     obs = jnp.asarray(obs, jnp.float32)[:, None]
     if name == "a2c":
         return jax.vmap(state.critic)(obs)
-    if name == "pqn":
-        return jnp.max(jax.vmap(state.q_network)(obs), axis=1)
-    return jnp.max(agent.value(jax.vmap(state.online)(obs)), axis=1)
+    q = jax.vmap(lambda o: agent.q_values(state, o, key=jr.PRNGKey(0)))(obs)
+    return jnp.max(q, axis=1)
 
 
 def _trained(name, env_name, key):
@@ -249,9 +325,7 @@ def test_the_rewarded_action_is_learnt(name, getkey):
     action, _ = agent.act(s, jnp.zeros(1), key=getkey(), greedy=True)
     assert int(action) == 1
     if name != "a2c":
-        net = s.q_network if name == "pqn" else s.online
-        q = net(jnp.zeros(1))
-        q = q if name == "pqn" else agent.value(q)
+        q = agent.q_values(s, jnp.zeros(1), key=getkey())
         np.testing.assert_allclose(q, [0.0, 1.0], atol=0.1)
 
 

@@ -12,6 +12,7 @@ from ._agent import (
 from ._c51 import C51 as C51, categorical_projection as categorical_projection
 from ._ddpg import DDPG as DDPG, DDPGState as DDPGState
 from ._dqn import DQN as DQN, DQNState as DQNState
+from ._iqn import IQN as IQN
 from ._memory import (
     AbstractMemory as AbstractMemory,
     AbstractReplay as AbstractReplay,
@@ -42,6 +43,7 @@ from ._networks import (
     SquashedGaussianActor as SquashedGaussianActor,
     Torso as Torso,
     conv3x3 as conv3x3,
+    cosine_embedding as cosine_embedding,
     initial_cell_carry as initial_cell_carry,
     torso_kind as torso_kind,
 )

@@ -281,8 +281,9 @@ def register(name: str, *, default_env: str = "CartPole-v1") -> Callable[[A], A]
 
 
 def recurrent_agents() -> list[str]:
-    """The registered agents that take a recurrent torso, by class name."""
-    return [c.__name__ for c in AGENTS.values() if c.supports_recurrence]
+    """The registered agents that take a recurrent torso, by class name, sorted
+    (not in the order their modules happened to be imported)."""
+    return sorted(c.__name__ for c in AGENTS.values() if c.supports_recurrence)
 
 
 def adam_optimizer(

@@ -375,6 +375,16 @@ def make_torso(
     )
 
 
+def cosine_embedding(
+    fractions: Float[Array, " n"], size: int
+) -> Float[Array, "n size"]:
+    """IQN's embedding of quantile fractions `tau`: `cos(pi * i * tau)` for
+    `i = 1..size` (Dabney et al., 2018, eq. 4; the `i = 0` term of the paper's
+    sum is a constant, which the layer's bias already gives)."""
+    i = jnp.arange(1, size + 1, dtype=jnp.float32)
+    return jnp.cos(jnp.pi * fractions[:, None] * i[None, :])
+
+
 @final
 class QNetwork(eqx.Module):
     """Action values `Q(obs, ·)`; with `dueling`, `V(obs) + A(obs, ·) - mean A`.
@@ -382,6 +392,13 @@ class QNetwork(eqx.Module):
     With `num_atoms`, each action gets `num_atoms` outputs (`[actions, atoms]`):
     the logits of a categorical return distribution (C51) or its quantiles
     (QR-DQN); the dueling combination then applies atom by atom.
+
+    With `quantile_embedding` (IQN), the network gives the return's quantiles at
+    fractions it is given (`quantiles(obs, fractions)`): the torso's features
+    are multiplied element-wise by a dense embedding of the fractions
+    (`cosine_embedding`, `quantile_embedding` cosines, ReLU), go through one
+    more hidden layer of the same width, and the head gives each action's
+    quantile, fraction by fraction (dueling too).
     """
 
     torso: Torso | RecurrentTorso
@@ -389,6 +406,8 @@ class QNetwork(eqx.Module):
     value_head: eqx.nn.Linear | None
     num_actions: int = eqx.field(static=True)
     num_atoms: int | None = eqx.field(static=True)
+    embedding: eqx.nn.Linear | None = None
+    merge: eqx.nn.Linear | None = None
 
     def __init__(
         self,
@@ -402,10 +421,16 @@ class QNetwork(eqx.Module):
         layer_norm: bool = False,
         torso: str = "auto",
         cell_size: int | None = None,
+        quantile_embedding: int | None = None,
         key: PRNGKeyArray,
     ):
         k1, k2, k3 = jr.split(key, 3)
         atoms = num_atoms or 1
+        if quantile_embedding is not None and num_atoms is not None:
+            raise ValueError(
+                "QNetwork: quantile_embedding (IQN's sampled quantiles) and "
+                "num_atoms (fixed atoms) exclude each other; pass one"
+            )
         self.torso = make_torso(
             obs_shape,
             hidden_sizes,
@@ -421,16 +446,59 @@ class QNetwork(eqx.Module):
         )
         self.num_actions = num_actions
         self.num_atoms = num_atoms
+        if quantile_embedding is not None:
+            if type(quantile_embedding) is not int or quantile_embedding <= 0:
+                raise ValueError(
+                    "QNetwork: quantile_embedding must be a positive integer, "
+                    f"got {quantile_embedding!r}"
+                )
+            # Keys of their own: the other layers draw as without an embedding.
+            k_embed, k_merge = jr.split(jr.fold_in(key, 1))
+            width = self.torso.out_size
+            self.embedding = _linear(quantile_embedding, width, np.sqrt(2), key=k_embed)
+            self.merge = _linear(width, width, np.sqrt(2), key=k_merge)
 
     def __call__(
         self, obs: Shaped[Array, "..."]
     ) -> Float[Array, " actions"] | Float[Array, "actions atoms"]:
+        self._no_fractions()
         return self._q(self.torso(obs))
 
     def step(self, carry: PyTree, obs: Shaped[Array, "..."]) -> tuple[Array, PyTree]:
         """`(Q(obs, ·), carry)` through a recurrent torso's carry."""
+        self._no_fractions()
         x, carry = self.torso.step(carry, obs)
         return self._q(x), carry
+
+    def quantiles(
+        self, obs: Shaped[Array, "..."], fractions: Float[Array, " n"]
+    ) -> Float[Array, "actions n"]:
+        """Each action's return quantile at each of `fractions` (in [0, 1]),
+        for a network built with `quantile_embedding`."""
+        if self.embedding is None or self.merge is None:
+            raise TypeError(
+                "QNetwork.quantiles needs a network built with quantile_embedding "
+                "(IQN's); call the network on the observation instead"
+            )
+        x = self.torso(obs)
+        size = self.embedding.in_features
+        assert isinstance(size, int)
+        phi = jax.nn.relu(jax.vmap(self.embedding)(cosine_embedding(fractions, size)))
+        fn = ACTIVATIONS[self._activation]
+        merged = jax.vmap(lambda p: fn(self.merge(x * p)))(phi)  # pyright: ignore
+        return jax.vmap(self._q, out_axes=1)(merged)
+
+    @property
+    def _activation(self) -> str:
+        torso = self.torso
+        return (torso.body if isinstance(torso, RecurrentTorso) else torso).activation
+
+    def _no_fractions(self) -> None:
+        if self.embedding is not None:
+            raise TypeError(
+                "this QNetwork gives quantiles at sampled fractions (IQN's): call "
+                "network.quantiles(obs, fractions)"
+            )
 
     def _q(self, x: Float[Array, " features"]) -> Array:
         q = self.head(x).reshape(self.num_actions, self.num_atoms or 1)

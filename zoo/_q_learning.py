@@ -9,7 +9,7 @@ replay, target networks and schedules come from the off-policy skeleton.
 
 import abc
 from collections.abc import Callable
-from typing import Generic, TypeVar, final
+from typing import ClassVar, Generic, TypeVar, final
 
 import equinox as eqx
 import jax
@@ -178,9 +178,13 @@ class AbstractQAgent(
 
     Hooks: `num_atoms` (outputs per action), `outputs` (the network at one
     observation, given a key for a network that samples, as IQN's quantile
-    fractions), `value` (action values from outputs) and `td_loss`.
+    fractions), `value` (action values from outputs) and `td_loss`. An agent
+    whose outputs sample sets `samples = True`: each transition, and each of
+    the online, target and action-choosing passes, then gets a key of its own,
+    and `td_loss` gets the online passes' keys (`keys=`).
     """
 
+    samples: ClassVar[bool] = False
     double_q: eqx.AbstractVar[bool]
     learning_rate: float = 1e-3
     anneal_lr: bool = eqx.field(static=True, default=False)
@@ -216,6 +220,12 @@ class AbstractQAgent(
     def num_atoms(self) -> int | None:
         """Outputs per action (`None`: one value, `[actions]` outputs)."""
 
+    @property
+    def quantile_embedding(self) -> int | None:
+        """The network's fraction embedding (`QNetwork(quantile_embedding=)`):
+        `None` but for IQN."""
+        return None
+
     @abc.abstractmethod
     def outputs(
         self, network: QNetwork, obs: Shaped[Array, "..."], *, key: PRNGKeyArray
@@ -237,7 +247,9 @@ class AbstractQAgent(
         """Per-transition losses of the online outputs of the actions taken
         (`taken`) against the target `reward + discount * next_taken`, where
         `next_taken` are the target network's outputs at the next action and
-        `discount` is zero where the episode terminated.
+        `discount` is zero where the episode terminated. An agent that
+        `samples` also gets `keys=`, the key each transition's online outputs
+        were drawn with.
 
         **Returns:** the losses and the new priorities.
         """
@@ -279,6 +291,7 @@ class AbstractQAgent(
             num_atoms=self.num_atoms,
             torso=self.torso,
             cell_size=self.cell_size if self.recurrent else None,
+            quantile_embedding=self.quantile_embedding,
             key=key,
         )
         horizon = self.gradient_horizon(num_envs, total_steps)
@@ -335,19 +348,31 @@ class AbstractQAgent(
         self, online: QNetwork, state: QState, sample: Sample, obs, next_obs, key
     ):
         batch = sample.batch
-        index = jnp.arange(batch.action.shape[0])
-        each = lambda net, x: jax.vmap(lambda o: self.outputs(net, o, key=key))(x)
-        out = each(online, obs)
+        size = batch.action.shape[0]
+        index = jnp.arange(size)
+        if self.samples:
+            # Independent draws for each transition and each pass.
+            k_online, k_target, k_chooser = jr.split(key, 3)
+            online_keys = jr.split(k_online, size)
+            each = lambda net, x, k: jax.vmap(
+                lambda o, k_o: self.outputs(net, o, key=k_o)
+            )(x, jr.split(k, size))
+            extra = {"keys": online_keys}
+        else:
+            k_online = k_target = k_chooser = key
+            each = lambda net, x, k: jax.vmap(lambda o: self.outputs(net, o, key=k))(x)
+            extra = {}
+        out = each(online, obs, k_online)
         taken = out[index, batch.action]
-        next_target = each(state.target, next_obs)
-        chooser = each(online, next_obs) if self.double_q else next_target
+        next_target = each(state.target, next_obs, k_target)
+        chooser = each(online, next_obs, k_chooser) if self.double_q else next_target
         next_action = jnp.argmax(self.value(chooser), axis=1)
         next_taken = jax.lax.stop_gradient(next_target[index, next_action])
         discount = sample.discount * (1.0 - batch.terminated)
         # Truncated episodes bootstrap from their final observation; only
         # termination cuts the return.
         reward = self._scaled(batch.reward)
-        losses, priorities = self.td_loss(taken, next_taken, reward, discount)
+        losses, priorities = self.td_loss(taken, next_taken, reward, discount, **extra)
         q_taken = self.value(out)[index, batch.action]
         return jnp.mean(sample.weights * losses), (priorities, jnp.mean(q_taken))
 

@@ -15,14 +15,19 @@ def quantile_huber_loss(
     quantiles: Float[Array, " n"],
     target: Float[Array, " m"],
     kappa: float = 1.0,
+    fractions: Float[Array, " n"] | None = None,
 ) -> Float[Array, ""]:
-    """The quantile Huber loss of `quantiles` (at midpoints `tau_i = (2i+1)/2n`)
-    against samples `target` of the target distribution:
+    """The quantile Huber loss of `quantiles` at `fractions` `tau_i` (by
+    default the midpoints `(2i+1)/2n`, QR-DQN's; IQN's are sampled) against
+    samples `target` of the target distribution:
     `sum_i mean_j |tau_i - 1{u_ij < 0}| * L_kappa(u_ij) / kappa`, with
     `u_ij = target_j - quantiles_i` and `L_kappa` the Huber loss (with
     `kappa = 0`, the plain quantile loss `|tau_i - 1{u_ij < 0}| * |u_ij|`)."""
     n = quantiles.shape[0]
-    tau = (2.0 * jnp.arange(n, dtype=jnp.float32) + 1.0) / (2.0 * n)
+    if fractions is None:
+        tau = (2.0 * jnp.arange(n, dtype=jnp.float32) + 1.0) / (2.0 * n)
+    else:
+        tau = fractions
     u = target[None, :] - quantiles[:, None]
     if kappa > 0:
         abs_u = jnp.abs(u)
