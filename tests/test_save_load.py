@@ -15,6 +15,7 @@ import zoo
         ("ppo", "Pendulum-v1"),
         ("c51", "CartPole-v1"),
         ("qrdqn", "CartPole-v1"),
+        ("iqn", "CartPole-v1"),
         ("pqn", "CartPole-v1"),
         ("a2c", "CartPole-v1"),
     ],

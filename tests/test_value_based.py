@@ -137,6 +137,12 @@ def test_iqn_network_gives_quantiles_at_the_fractions_it_is_given(getkey):
     key = getkey()
     np.testing.assert_array_equal(q(key), q(key))
     assert not np.allclose(q(key), q(getkey()))
+    # The greedy policy uses the midpoint fractions: no key changes it.
+    midpoints = (2 * jnp.arange(32) + 1) / 64.0
+    expected = jnp.argmax(jnp.mean(net.quantiles(obs, midpoints), axis=1))
+    for _ in range(3):
+        action, _ = agent.act(state, obs, key=getkey(), greedy=True)
+        assert int(action) == int(expected)
 
 
 def test_iqn_refuses_bad_sizes_in_one_line():

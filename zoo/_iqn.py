@@ -6,9 +6,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float, PRNGKeyArray
+from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from ._agent import register
+from ._agent import Extras, refuse_act, register
 from ._q_learning import AbstractQAgent, QState
 from ._qrdqn import quantile_huber_loss
 
@@ -23,8 +23,10 @@ class IQN(AbstractQAgent):
     target network, independently for every transition, and learns by the
     quantile Huber loss at the drawn fractions; acting draws
     `n_policy_quantiles` fractions from the act key and takes the action with
-    the largest mean quantile (so a greedy action is greedy with respect to a
-    sampled estimate, as in the paper).
+    the largest mean quantile, as in the paper; a greedy action (`greedy=True`,
+    evaluation) takes the mean at the midpoints of as many equal slices of
+    [0, 1] instead, so that the greedy policy is deterministic and free of the
+    sampled estimate's noise.
 
     **Arguments:** those of `DQN` (without `huber_delta`), and
 
@@ -77,6 +79,22 @@ class IQN(AbstractQAgent):
         # A key of its own: `key` also draws the epsilon-greedy choice.
         fractions = self.fractions(jr.fold_in(key, 1), self.n_policy_quantiles)
         return self.value(state.online.quantiles(obs, fractions))
+
+    def greedy_q_values(self, state: QState, obs: Array) -> Float[Array, " actions"]:
+        """The action values at the midpoints `(2i + 1) / 2K` of
+        `n_policy_quantiles` equal slices of [0, 1]: the mean quantile by the
+        midpoint rule, with no sampling noise."""
+        k = self.n_policy_quantiles
+        fractions = (2.0 * jnp.arange(k, dtype=jnp.float32) + 1.0) / (2.0 * k)
+        return self.value(state.online.quantiles(obs, fractions))
+
+    def act(self, state, obs, *, key, greedy=False) -> tuple[Int[Array, ""], Extras]:
+        refuse_act(self)
+        obs = self.preprocess(state, obs)
+        if greedy:
+            return jnp.argmax(self.greedy_q_values(state, obs)).astype(jnp.int32), {}
+        q = self.q_values(state, obs, key=key)
+        return self.choose(state, q, key=key, greedy=False), {}
 
     def value(
         self, out: Float[Array, "*b actions quantiles"]
