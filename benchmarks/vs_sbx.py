@@ -85,8 +85,10 @@ def equizoo_child(algo: str, env_name: str, steps: int, seeds: int, episodes: in
 def sbx_child(algo: str, env_name: str, steps: int, seed: int, episodes: int):
     import gymnasium as gym
     import numpy as np
-    from sbx import PPO, SAC
-    from stable_baselines3.common.evaluation import evaluate_policy
+    from sbx import PPO, SAC  # pyright: ignore[reportMissingImports]
+    from stable_baselines3.common.evaluation import (  # pyright: ignore[reportMissingImports]
+        evaluate_policy,
+    )
 
     env = gym.make(env_name)
     if algo == "sac":
