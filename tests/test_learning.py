@@ -23,6 +23,7 @@ from experiments.configs import tuned
         ("c51", "CartPole-v1", None),
         ("qrdqn", "CartPole-v1", None),
         ("iqn", "CartPole-v1", None),
+        ("rainbow", "CartPole-v1", None),
         ("pqn", "CartPole-v1", None),
         ("a2c", "CartPole-v1", None),
         ("sac", "Pendulum-v1", None),

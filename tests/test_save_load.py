@@ -16,6 +16,7 @@ import zoo
         ("c51", "CartPole-v1"),
         ("qrdqn", "CartPole-v1"),
         ("iqn", "CartPole-v1"),
+        ("rainbow", "CartPole-v1"),
         ("pqn", "CartPole-v1"),
         ("a2c", "CartPole-v1"),
     ],

@@ -151,6 +151,92 @@ def test_iqn_refuses_bad_sizes_in_one_line():
             zoo.make("iqn", **{field: 0})
 
 
+# --- Noisy networks and Rainbow -----------------------------------------------
+
+
+def test_noisy_linear_by_hand(getkey):
+    layer = zoo.NoisyLinear(3, 2, key=getkey())
+    x, key = jnp.array([0.5, -1.0, 2.0]), getkey()
+    k_in, k_out = jr.split(key)
+    f = lambda e: np.sign(e) * np.sqrt(np.abs(e))
+    eps_in = f(np.asarray(jr.normal(k_in, (3,))))
+    eps_out = f(np.asarray(jr.normal(k_out, (2,))))
+    w = np.asarray(layer.weight) + np.asarray(layer.weight_sigma) * np.outer(
+        eps_out, eps_in
+    )
+    b = np.asarray(layer.bias) + np.asarray(layer.bias_sigma) * eps_out
+    np.testing.assert_allclose(layer(x, key=key), w @ x + b, rtol=1e-5, atol=1e-6)
+    # Without a key: the mean weights.
+    np.testing.assert_allclose(
+        layer(x), np.asarray(layer.weight) @ x + np.asarray(layer.bias), rtol=1e-6
+    )
+    # The paper's factorised initialisation: sigma0 / sqrt(in).
+    np.testing.assert_allclose(layer.weight_sigma, 0.5 / np.sqrt(3), rtol=1e-6)
+    assert float(jnp.max(jnp.abs(layer.weight))) <= 1 / np.sqrt(3)
+
+
+def test_rainbow_is_c51_with_the_five_other_parts_on():
+    agent = zoo.make("rainbow")
+    assert isinstance(agent, zoo.AbstractCategoricalAgent)
+    assert agent.double_q and agent.dueling and agent.noisy
+    assert agent.n_step == 3 and agent.num_atoms == 51
+    assert isinstance(agent.memory, zoo.PrioritizedReplay)
+    assert agent.exploration_initial_eps == agent.exploration_final_eps == 0.0
+    assert not zoo.make("rainbow", noisy=False).noisy
+    assert not zoo.make("c51").noisy
+
+
+def test_noisy_heads_are_deterministic_when_greedy_and_resampled_per_key(getkey):
+    agent = zoo.make("rainbow", hidden_sizes=(16,), atoms=11)
+    env = envs.make("CartPole-v1")
+    state = agent.init(
+        env.observation_space, env.action_space, key=getkey(), num_envs=1,
+        total_steps=100,
+    )  # fmt: skip
+    net, obs = state.online, jnp.array([0.1, -0.2, 0.03, 0.4])
+    assert isinstance(net.head, zoo.NoisyLinear)
+    assert isinstance(net.value_head, zoo.NoisyLinear)
+    q = lambda k: agent.q_values(state, obs, key=k)
+    key = getkey()
+    np.testing.assert_array_equal(q(key), q(key))
+    assert not np.allclose(q(key), q(getkey()))
+    # Greedy: the mean weights, whatever the key.
+    mean = agent.value(net(obs))
+    for _ in range(3):
+        action, _ = agent.act(state, obs, key=getkey(), greedy=True)
+        assert int(action) == int(jnp.argmax(mean))
+    # An update draws independent noise for the online and target passes:
+    # with the target equal to the online network, the loss is still not the
+    # loss of one shared draw.
+    sample = zoo.Sample(
+        batch=Transition(
+            obs=jnp.tile(obs, (4, 1)),
+            action=jnp.array([0, 1, 0, 1]),
+            reward=jnp.ones(4),
+            terminated=jnp.zeros(4, bool),
+            truncated=jnp.zeros(4, bool),
+            next_obs=jnp.tile(obs, (4, 1)),
+            extras={},
+        ),
+        discount=jnp.full(4, 0.99**3),
+        weights=jnp.ones(4),
+        row=jnp.arange(4),
+        env=jnp.zeros(4, jnp.int32),
+    )
+    _, _, m1 = agent.learn(state, sample, key=key)
+    _, _, m2 = agent.learn(state, sample, key=key)
+    _, _, m3 = agent.learn(state, sample, key=getkey())
+    assert float(m1["loss"]) == float(m2["loss"])
+    assert float(m1["loss"]) != float(m3["loss"])
+
+
+def test_noisy_refuses_a_recurrent_torso_and_a_bad_scale():
+    with pytest.raises(ValueError, match="noisy heads with a recurrent torso"):
+        zoo.make("rainbow", torso="gru")
+    with pytest.raises(ValueError, match=r"noise_scale .* must be > 0"):
+        zoo.make("dqn", noisy=True, noise_scale=0.0)
+
+
 # --- PQN ---------------------------------------------------------------------
 
 
@@ -271,6 +357,11 @@ AGENTS = {
     "c51": lambda: zoo.make("c51", v_min=-1.0, v_max=2.0, **REPLAY),
     "qrdqn": lambda: zoo.make("qrdqn", **REPLAY),
     "iqn": lambda: zoo.make("iqn", n_quantiles=16, **REPLAY),
+    # All six parts, and epsilon-greedy beside the noise: the probe's check of
+    # the unrewarded action's value needs that action taken.
+    "rainbow": lambda: zoo.make(
+        "rainbow", v_min=-1.0, v_max=2.0, exploration_initial_eps=1.0, **REPLAY
+    ),
     "dqn_per": lambda: zoo.make("dqn", prioritized=True, huber_delta=10.0, **REPLAY),
     "pqn": lambda: zoo.make(
         "pqn",
@@ -289,19 +380,27 @@ STEPS = {
     "c51": 8_000,
     "qrdqn": 8_000,
     "iqn": 8_000,
+    "rainbow": 8_000,
     "dqn_per": 8_000,
     "pqn": 8_000,
     "a2c": 16_000,
 }
 
 
+def _q(agent, state, obs, key):
+    """The action values the agent acts on (IQN's from fractions it draws; a
+    noisy network's at its mean weights)."""
+    if getattr(agent, "noisy", False):
+        return agent.value(agent.outputs(state.online, obs, key=None))
+    return agent.q_values(state, obs, key=key)
+
+
 def _values(name, agent, state, obs):
-    """V for A2C, max_a Q for the rest, at each observation (IQN's from
-    fractions it draws)."""
+    """V for A2C, max_a Q for the rest, at each observation."""
     obs = jnp.asarray(obs, jnp.float32)[:, None]
     if name == "a2c":
         return jax.vmap(state.critic)(obs)
-    q = jax.vmap(lambda o: agent.q_values(state, o, key=jr.PRNGKey(0)))(obs)
+    q = jax.vmap(lambda o: _q(agent, state, o, jr.PRNGKey(0)))(obs)
     return jnp.max(q, axis=1)
 
 
@@ -331,7 +430,7 @@ def test_the_rewarded_action_is_learnt(name, getkey):
     action, _ = agent.act(s, jnp.zeros(1), key=getkey(), greedy=True)
     assert int(action) == 1
     if name != "a2c":
-        q = agent.q_values(s, jnp.zeros(1), key=getkey())
+        q = _q(agent, s, jnp.zeros(1), getkey())
         np.testing.assert_allclose(q, [0.0, 1.0], atol=0.1)
 
 

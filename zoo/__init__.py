@@ -9,7 +9,12 @@ from ._agent import (
     register as register,
     scaled_stats as scaled_stats,
 )
-from ._c51 import C51 as C51, categorical_projection as categorical_projection
+from ._c51 import (
+    C51 as C51,
+    AbstractCategoricalAgent as AbstractCategoricalAgent,
+    Rainbow as Rainbow,
+    categorical_projection as categorical_projection,
+)
 from ._ddpg import DDPG as DDPG, DDPGState as DDPGState
 from ._dqn import DQN as DQN, DQNState as DQNState
 from ._iqn import IQN as IQN
@@ -36,6 +41,7 @@ from ._networks import (
     DeterministicActor as DeterministicActor,
     DiscreteActor as DiscreteActor,
     GaussianActor as GaussianActor,
+    NoisyLinear as NoisyLinear,
     QCritic as QCritic,
     QNetwork as QNetwork,
     RecurrentTorso as RecurrentTorso,

@@ -39,21 +39,12 @@ def categorical_projection(
     return m.at[upper].add(probs * to_upper)
 
 
-@register("c51")
-@final
-class C51(AbstractQAgent):
-    """C51 (Bellemare et al., 2017): the return of each action is a categorical
-    distribution on `num_atoms` evenly spaced values in `[v_min, v_max]`; the
-    target distribution, shifted and scaled by the Bellman operator, is projected
-    back onto them and learnt by cross-entropy. The greedy action maximises the
-    distribution's mean.
-
-    **Arguments:** those of `DQN` (without `huber_delta`), and
-
-    - `num_atoms`: support points; `v_min`, `v_max`: the support's ends (set them
-      to cover the returns the env can give, e.g. `[0, 100]` for CartPole with
-      `gamma=0.99`).
-
+class AbstractCategoricalAgent(AbstractQAgent):
+    """Categorical distributional Q-learning: what C51 and Rainbow share. The
+    return of each action is a categorical distribution on `num_atoms` evenly
+    spaced values in `[v_min, v_max]`; the target distribution, shifted and
+    scaled by the Bellman operator, is projected back onto them and learnt by
+    cross-entropy. The greedy action maximises the distribution's mean.
     Priorities for prioritised replay are the cross-entropies, as in Rainbow.
     """
 
@@ -63,15 +54,22 @@ class C51(AbstractQAgent):
     v_max: float = 10.0
 
     def __check_init__(self):
+        name = type(self).__name__
         if self.atoms < 2:
-            raise ValueError(f"C51: atoms must be at least 2, got {self.atoms}")
+            raise ValueError(f"{name}: atoms must be at least 2, got {self.atoms}")
         if not self.v_min < self.v_max:
             raise ValueError(
-                f"C51: v_min must be below v_max, got [{self.v_min}, {self.v_max}]"
+                f"{name}: v_min must be below v_max, got [{self.v_min}, {self.v_max}]"
             )
 
-    def outputs(self, network, obs, *, key) -> Float[Array, "actions ..."]:
-        return network(obs)
+    @property
+    def quantile_embedding(self) -> None:
+        return None
+
+    def outputs(
+        self, network, obs, *, key, acting=False
+    ) -> Float[Array, "actions ..."]:
+        return network(obs, key=self.noise(key))
 
     @property
     def num_atoms(self) -> int:
@@ -98,3 +96,46 @@ class C51(AbstractQAgent):
         target = jax.lax.stop_gradient(target)
         losses = -jnp.sum(target * jax.nn.log_softmax(taken, axis=-1), axis=-1)
         return losses, losses
+
+
+@register("c51")
+@final
+class C51(AbstractCategoricalAgent):
+    """C51 (Bellemare et al., 2017): the return of each action is a categorical
+    distribution on `num_atoms` evenly spaced values in `[v_min, v_max]`; the
+    target distribution, shifted and scaled by the Bellman operator, is projected
+    back onto them and learnt by cross-entropy. The greedy action maximises the
+    distribution's mean.
+
+    **Arguments:** those of `DQN` (without `huber_delta`), and
+
+    - `atoms`: support points; `v_min`, `v_max`: the support's ends (set them
+      to cover the returns the env can give, e.g. `[0, 100]` for CartPole with
+      `gamma=0.99`).
+
+    Priorities for prioritised replay are the cross-entropies, as in Rainbow.
+    """
+
+
+@register("rainbow")
+@final
+class Rainbow(AbstractCategoricalAgent):
+    """Rainbow (Hessel et al., 2018): C51 with the other five parts on by
+    default — double Q-learning, a dueling network, prioritised replay
+    (`priority_alpha` 0.5), 3-step returns and noisy heads (`noisy`,
+    `noise_scale` 0.5: NoisyNet's factorised Gaussian noise) with no
+    epsilon-greedy exploration, as in the paper. C51's loss, network and
+    fields with these defaults: each part can be switched off again
+    (`zoo.make("rainbow", noisy=False)`, the paper's ablations).
+
+    **Arguments:** those of `C51`.
+    """
+
+    double_q: bool = eqx.field(static=True, default=True)
+    dueling: bool = eqx.field(static=True, default=True)
+    prioritized: bool = eqx.field(static=True, default=True)
+    priority_alpha: float = 0.5
+    n_step: int = eqx.field(static=True, default=3)
+    noisy: bool = eqx.field(static=True, default=True)
+    exploration_initial_eps: float = 0.0
+    exploration_final_eps: float = 0.0

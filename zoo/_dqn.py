@@ -58,8 +58,14 @@ class DQN(AbstractQAgent):
     double_q: bool = eqx.field(static=True, default=True)
     huber_delta: float = 1.0
 
-    def outputs(self, network, obs, *, key) -> Float[Array, "actions ..."]:
-        return network(obs)
+    @property
+    def quantile_embedding(self) -> None:
+        return None
+
+    def outputs(
+        self, network, obs, *, key, acting=False
+    ) -> Float[Array, "actions ..."]:
+        return network(obs, key=self.noise(key))
 
     @property
     def num_atoms(self) -> None:

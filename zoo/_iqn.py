@@ -6,10 +6,10 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float, Int, PRNGKeyArray
+from jaxtyping import Array, Float, PRNGKeyArray
 
-from ._agent import Extras, refuse_act, register
-from ._q_learning import AbstractQAgent, QState
+from ._agent import register
+from ._q_learning import AbstractQAgent
 from ._qrdqn import quantile_huber_loss
 
 
@@ -70,31 +70,20 @@ class IQN(AbstractQAgent):
         """`n` quantile fractions drawn uniformly from [0, 1)."""
         return jr.uniform(key, (n,))
 
-    def outputs(self, network, obs, *, key) -> Float[Array, "actions quantiles"]:
-        return network.quantiles(obs, self.fractions(key, self.n_quantiles))
-
-    def q_values(
-        self, state: QState, obs: Array, *, key: PRNGKeyArray
-    ) -> Float[Array, " actions"]:
-        # A key of its own: `key` also draws the epsilon-greedy choice.
-        fractions = self.fractions(jr.fold_in(key, 1), self.n_policy_quantiles)
-        return self.value(state.online.quantiles(obs, fractions))
-
-    def greedy_q_values(self, state: QState, obs: Array) -> Float[Array, " actions"]:
-        """The action values at the midpoints `(2i + 1) / 2K` of
-        `n_policy_quantiles` equal slices of [0, 1]: the mean quantile by the
-        midpoint rule, with no sampling noise."""
-        k = self.n_policy_quantiles
-        fractions = (2.0 * jnp.arange(k, dtype=jnp.float32) + 1.0) / (2.0 * k)
-        return self.value(state.online.quantiles(obs, fractions))
-
-    def act(self, state, obs, *, key, greedy=False) -> tuple[Int[Array, ""], Extras]:
-        refuse_act(self)
-        obs = self.preprocess(state, obs)
-        if greedy:
-            return jnp.argmax(self.greedy_q_values(state, obs)).astype(jnp.int32), {}
-        q = self.q_values(state, obs, key=key)
-        return self.choose(state, q, key=key, greedy=False), {}
+    def outputs(
+        self, network, obs, *, key, acting=False
+    ) -> Float[Array, "actions quantiles"]:
+        """The quantiles at `n_quantiles` fractions drawn from `key` (for the
+        loss) or, `acting`, at `n_policy_quantiles` of them; with no key (a
+        greedy action), at the midpoints `(2i + 1) / 2K` of K equal slices of
+        [0, 1]: the mean quantile by the midpoint rule, with no sampling
+        noise."""
+        n = self.n_policy_quantiles if acting else self.n_quantiles
+        if key is None:
+            fractions = (2.0 * jnp.arange(n, dtype=jnp.float32) + 1.0) / (2.0 * n)
+        else:
+            fractions = self.fractions(key, n)
+        return network.quantiles(obs, fractions, key=self.noise(key, salt=2))
 
     def value(
         self, out: Float[Array, "*b actions quantiles"]

@@ -386,6 +386,64 @@ def cosine_embedding(
 
 
 @final
+class NoisyLinear(eqx.Module):
+    """A linear layer with learnt, factorised Gaussian noise on its weights
+    (NoisyNet, Fortunato et al., 2018, section 3):
+    `y = (mu_w + sigma_w * eps_w) x + mu_b + sigma_b * eps_b`, where
+    `eps_w = f(eps_out) f(eps_in)^T`, `eps_b = f(eps_out)`, the `eps` are
+    standard normal draws from the key and `f(e) = sign(e) sqrt(|e|)`.
+
+    Called with a key, the layer draws its noise from it (the same key, the
+    same noise); with `key=None` it is the layer at its mean weights,
+    deterministic (a greedy policy's). Initialisation as in the paper's
+    factorised case: means uniform in `±1/sqrt(in)`, scales `sigma0/sqrt(in)`.
+    The noise term is computed as `f(eps_out) * (sigma_w @ (f(eps_in) * x))`,
+    which equals the sum above without building the `[out, in]` noise matrix.
+    """
+
+    weight: Float[Array, "out in"]
+    bias: Float[Array, " out"]
+    weight_sigma: Float[Array, "out in"]
+    bias_sigma: Float[Array, " out"]
+    in_features: int = eqx.field(static=True)
+    out_features: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        *,
+        sigma0: float = 0.5,
+        key: PRNGKeyArray,
+    ):
+        if not sigma0 > 0:
+            raise ValueError(f"NoisyLinear: sigma0 must be > 0, got {sigma0!r}")
+        k_w, k_b = jr.split(key)
+        bound = 1.0 / np.sqrt(in_features)
+        self.weight = jr.uniform(
+            k_w, (out_features, in_features), minval=-bound, maxval=bound
+        )
+        self.bias = jr.uniform(k_b, (out_features,), minval=-bound, maxval=bound)
+        self.weight_sigma = jnp.full((out_features, in_features), sigma0 * bound)
+        self.bias_sigma = jnp.full((out_features,), sigma0 * bound)
+        self.in_features = in_features
+        self.out_features = out_features
+
+    def __call__(
+        self, x: Float[Array, " in"], *, key: PRNGKeyArray | None = None
+    ) -> Float[Array, " out"]:
+        mean = self.weight @ x + self.bias
+        if key is None:
+            return mean
+        k_in, k_out = jr.split(key)
+        scaled = lambda e: jnp.sign(e) * jnp.sqrt(jnp.abs(e))
+        eps_in = scaled(jr.normal(k_in, (self.in_features,)))
+        eps_out = scaled(jr.normal(k_out, (self.out_features,)))
+        noise = eps_out * (self.weight_sigma @ (eps_in * x) + self.bias_sigma)
+        return mean + noise
+
+
+@final
 class QNetwork(eqx.Module):
     """Action values `Q(obs, ·)`; with `dueling`, `V(obs) + A(obs, ·) - mean A`.
 
@@ -399,11 +457,20 @@ class QNetwork(eqx.Module):
     (`cosine_embedding`, `quantile_embedding` cosines, ReLU), go through one
     more hidden layer of the same width, and the head gives each action's
     quantile, fraction by fraction (dueling too).
+
+    With `noisy` (NoisyNet), the head and the dueling value head are
+    `NoisyLinear` layers with initial noise scale `noise_scale` (the paper's
+    `sigma0`); the torso stays deterministic (Rainbow's Atari network also
+    makes its one fully connected hidden layer noisy: here the torso is shared
+    with every other agent, and the heads are the layers that set the action
+    values). The network then takes `key=`, the noise's, and without one gives
+    its outputs at the mean weights. A network without noisy layers ignores
+    the key.
     """
 
     torso: Torso | RecurrentTorso
-    head: eqx.nn.Linear
-    value_head: eqx.nn.Linear | None
+    head: eqx.nn.Linear | NoisyLinear
+    value_head: eqx.nn.Linear | NoisyLinear | None
     num_actions: int = eqx.field(static=True)
     num_atoms: int | None = eqx.field(static=True)
     embedding: eqx.nn.Linear | None = None
@@ -422,6 +489,8 @@ class QNetwork(eqx.Module):
         torso: str = "auto",
         cell_size: int | None = None,
         quantile_embedding: int | None = None,
+        noisy: bool = False,
+        noise_scale: float = 0.5,
         key: PRNGKeyArray,
     ):
         k1, k2, k3 = jr.split(key, 3)
@@ -440,10 +509,18 @@ class QNetwork(eqx.Module):
             layer_norm=layer_norm,
             key=k1,
         )
-        self.head = _linear(self.torso.out_size, num_actions * atoms, 1.0, key=k2)
-        self.value_head = (
-            _linear(self.torso.out_size, atoms, 1.0, key=k3) if dueling else None
-        )
+        width = self.torso.out_size
+        if noisy:
+            if cell_size is not None:
+                raise ValueError(
+                    "QNetwork: noisy heads with a recurrent torso are not "
+                    "supported yet; use a feed-forward torso or noisy=False"
+                )
+            layer = lambda i, o, k: NoisyLinear(i, o, sigma0=noise_scale, key=k)
+        else:
+            layer = lambda i, o, k: _linear(i, o, 1.0, key=k)
+        self.head = layer(width, num_actions * atoms, k2)
+        self.value_head = layer(width, atoms, k3) if dueling else None
         self.num_actions = num_actions
         self.num_atoms = num_atoms
         if quantile_embedding is not None:
@@ -459,22 +536,29 @@ class QNetwork(eqx.Module):
             self.merge = _linear(width, width, np.sqrt(2), key=k_merge)
 
     def __call__(
-        self, obs: Shaped[Array, "..."]
+        self, obs: Shaped[Array, "..."], *, key: PRNGKeyArray | None = None
     ) -> Float[Array, " actions"] | Float[Array, "actions atoms"]:
+        """The outputs at `obs`; `key` draws a noisy network's noise (without
+        one: its mean weights)."""
         self._no_fractions()
-        return self._q(self.torso(obs))
+        return self._q(self.torso(obs), key)
 
     def step(self, carry: PyTree, obs: Shaped[Array, "..."]) -> tuple[Array, PyTree]:
         """`(Q(obs, ·), carry)` through a recurrent torso's carry."""
         self._no_fractions()
         x, carry = self.torso.step(carry, obs)
-        return self._q(x), carry
+        return self._q(x, None), carry
 
     def quantiles(
-        self, obs: Shaped[Array, "..."], fractions: Float[Array, " n"]
+        self,
+        obs: Shaped[Array, "..."],
+        fractions: Float[Array, " n"],
+        *,
+        key: PRNGKeyArray | None = None,
     ) -> Float[Array, "actions n"]:
         """Each action's return quantile at each of `fractions` (in [0, 1]),
-        for a network built with `quantile_embedding`."""
+        for a network built with `quantile_embedding`; `key` as in `__call__`
+        (one noise draw for every fraction)."""
         if self.embedding is None or self.merge is None:
             raise TypeError(
                 "QNetwork.quantiles needs a network built with quantile_embedding "
@@ -486,7 +570,7 @@ class QNetwork(eqx.Module):
         phi = jax.nn.relu(jax.vmap(self.embedding)(cosine_embedding(fractions, size)))
         fn = ACTIVATIONS[self._activation]
         merged = jax.vmap(lambda p: fn(self.merge(x * p)))(phi)  # pyright: ignore
-        return jax.vmap(self._q, out_axes=1)(merged)
+        return jax.vmap(lambda m: self._q(m, key), out_axes=1)(merged)
 
     @property
     def _activation(self) -> str:
@@ -500,10 +584,17 @@ class QNetwork(eqx.Module):
                 "network.quantiles(obs, fractions)"
             )
 
-    def _q(self, x: Float[Array, " features"]) -> Array:
-        q = self.head(x).reshape(self.num_actions, self.num_atoms or 1)
+    def _q(self, x: Float[Array, " features"], key: PRNGKeyArray | None) -> Array:
+        if isinstance(self.head, NoisyLinear):
+            k_head, k_value = (None, None) if key is None else jr.split(key)
+            head = lambda x: self.head(x, key=k_head)  # pyright: ignore[reportCallIssue]
+            value = lambda x: self.value_head(x, key=k_value)  # pyright: ignore
+        else:
+            head, value = self.head, self.value_head
+        q = head(x).reshape(self.num_actions, self.num_atoms or 1)
         if self.value_head is not None:
-            q = self.value_head(x)[None, :] + q - jnp.mean(q, axis=0, keepdims=True)
+            assert value is not None
+            q = value(x)[None, :] + q - jnp.mean(q, axis=0, keepdims=True)
         return q if self.num_atoms else q[:, 0]
 
 

@@ -157,7 +157,7 @@ class PQN(AbstractEpsilonGreedyAgent[PQNState], AbstractRolloutAgent[PQNState]):
         )
 
     def q_values(
-        self, state: PQNState, obs: Shaped[Array, "..."], *, key: PRNGKeyArray
+        self, state: PQNState, obs: Shaped[Array, "..."], *, key: PRNGKeyArray | None
     ) -> Float[Array, " actions"]:
         return state.q_network(obs)
 

@@ -130,9 +130,12 @@ class AbstractEpsilonGreedyAgent(AbstractRecurrentAgent[S], Generic[S]):
 
     @abc.abstractmethod
     def q_values(
-        self, state: S, obs: Shaped[Array, "..."], *, key: PRNGKeyArray
+        self, state: S, obs: Shaped[Array, "..."], *, key: PRNGKeyArray | None
     ) -> Float[Array, " actions"]:
-        """The action values of one (preprocessed) observation."""
+        """The action values of one (preprocessed) observation that acting
+        takes: with `key` (which also draws the epsilon-greedy choice) those
+        of an exploring action, with `None` the greedy action's (no sampled
+        fractions, no noise)."""
 
     def optimizer(self, horizon: Int[Array, ""]) -> optax.GradientTransformation:
         """Adam with clipping, annealed over `horizon` steps under `anneal_lr`."""
@@ -165,7 +168,8 @@ class AbstractEpsilonGreedyAgent(AbstractRecurrentAgent[S], Generic[S]):
 
     def act(self, state, obs, *, key, greedy=False) -> tuple[Int[Array, ""], Extras]:
         refuse_act(self)
-        q = self.q_values(state, self.preprocess(state, obs), key=key)
+        obs = self.preprocess(state, obs)
+        q = self.q_values(state, obs, key=None if greedy else key)
         return self.choose(state, q, key=key, greedy=greedy), {}
 
 
@@ -182,6 +186,15 @@ class AbstractQAgent(
     whose outputs sample sets `samples = True`: each transition, and each of
     the online, target and action-choosing passes, then gets a key of its own,
     and `td_loss` gets the online passes' keys (`keys=`).
+
+    With `noisy` (NoisyNet, Fortunato et al., 2018), the network's heads are
+    `NoisyLinear` layers with initial noise scale `noise_scale`: acting draws
+    their noise from the act key, an update draws one noise sample for each of
+    the online, target and action-choosing passes (shared by the minibatch, as
+    in the paper), and a greedy action (`greedy=True`) takes the mean weights,
+    deterministic. `outputs` hands a noisy network the key `noise(key)` gives.
+    Exploration then comes from the noise: set the exploration epsilons to 0,
+    as Rainbow does, or keep some.
     """
 
     samples: ClassVar[bool] = False
@@ -204,6 +217,8 @@ class AbstractQAgent(
     exploration_final_eps: float = 0.05
     exploration_steps: int = 10_000
     dueling: bool = eqx.field(static=True, default=False)
+    noisy: bool = eqx.field(static=True, default=False)
+    noise_scale: float = eqx.field(static=True, default=0.5)
     max_grad_norm: float = 10.0
     reward_scale: float = 1.0
     hidden_sizes: tuple[int, ...] = eqx.field(static=True, default=(64, 64))
@@ -221,16 +236,32 @@ class AbstractQAgent(
         """Outputs per action (`None`: one value, `[actions]` outputs)."""
 
     @property
+    @abc.abstractmethod
     def quantile_embedding(self) -> int | None:
         """The network's fraction embedding (`QNetwork(quantile_embedding=)`):
         `None` but for IQN."""
-        return None
 
     @abc.abstractmethod
     def outputs(
-        self, network: QNetwork, obs: Shaped[Array, "..."], *, key: PRNGKeyArray
+        self,
+        network: QNetwork,
+        obs: Shaped[Array, "..."],
+        *,
+        key: PRNGKeyArray | None,
+        acting: bool = False,
     ) -> Float[Array, "actions ..."]:
-        """The network's outputs at one (preprocessed) observation."""
+        """The network's outputs at one (preprocessed) observation; `key` is
+        the pass's (`None`: a greedy pass, noisy layers at their mean);
+        `acting`: for choosing an action rather than for the loss (IQN draws
+        its K policy fractions then, not its N)."""
+
+    def noise(self, key: PRNGKeyArray | None, salt: int = 0) -> PRNGKeyArray | None:
+        """The key a noisy network draws its noise from in a pass with `key`
+        (`salt` folded in, for a pass whose key also draws something else);
+        `None` when the network has no noise or the pass is greedy."""
+        if not self.noisy or key is None:
+            return None
+        return jr.fold_in(key, salt) if salt else key
 
     @abc.abstractmethod
     def value(self, out: Float[Array, "..."]) -> Float[Array, "..."]:
@@ -255,9 +286,20 @@ class AbstractQAgent(
         """
 
     def __check_init__(self):
+        name = type(self).__name__
+        if self.noisy and not self.noise_scale > 0:
+            raise ValueError(
+                f"{name}: noise_scale (the noisy layers' initial sigma0) must be "
+                f"> 0, got {self.noise_scale!r}"
+            )
         if not self.recurrent:
             return
-        name = type(self).__name__
+        if self.noisy:
+            raise ValueError(
+                f"{name}(torso={self.torso!r}): noisy heads with a recurrent "
+                "torso are not supported yet; set noisy=False or a feed-forward "
+                "torso"
+            )
         if type(self.sequence_length) is not int or self.sequence_length <= 0:
             raise ValueError(
                 f"{name}: sequence_length (the replayed steps a recurrent agent "
@@ -292,6 +334,8 @@ class AbstractQAgent(
             torso=self.torso,
             cell_size=self.cell_size if self.recurrent else None,
             quantile_embedding=self.quantile_embedding,
+            noisy=self.noisy,
+            noise_scale=self.noise_scale,
             key=key,
         )
         horizon = self.gradient_horizon(num_envs, total_steps)
@@ -310,9 +354,13 @@ class AbstractQAgent(
         )
 
     def q_values(
-        self, state: QState, obs: Shaped[Array, "..."], *, key: PRNGKeyArray
+        self, state: QState, obs: Shaped[Array, "..."], *, key: PRNGKeyArray | None
     ) -> Float[Array, " actions"]:
-        return self.value(self.outputs(state.online, obs, key=key))
+        if key is not None and (self.samples or self.noisy):
+            # What the outputs draw gets a key of its own: `key` also draws
+            # the epsilon-greedy choice.
+            key = jr.fold_in(key, 1)
+        return self.value(self.outputs(state.online, obs, key=key, acting=True))
 
     def recurrent_act(
         self, state, carry, obs, *, key, greedy=False
@@ -359,7 +407,11 @@ class AbstractQAgent(
             )(x, jr.split(k, size))
             extra = {"keys": online_keys}
         else:
-            k_online = k_target = k_chooser = key
+            if self.noisy:
+                # One noise draw per pass, for the whole minibatch.
+                k_online, k_target, k_chooser = jr.split(key, 3)
+            else:
+                k_online = k_target = k_chooser = key
             each = lambda net, x, k: jax.vmap(lambda o: self.outputs(net, o, key=k))(x)
             extra = {}
         out = each(online, obs, k_online)

@@ -67,8 +67,14 @@ class QRDQN(AbstractQAgent):
         if self.kappa < 0:
             raise ValueError(f"QRDQN: kappa must be >= 0, got {self.kappa}")
 
-    def outputs(self, network, obs, *, key) -> Float[Array, "actions ..."]:
-        return network(obs)
+    @property
+    def quantile_embedding(self) -> None:
+        return None
+
+    def outputs(
+        self, network, obs, *, key, acting=False
+    ) -> Float[Array, "actions ..."]:
+        return network(obs, key=self.noise(key))
 
     @property
     def num_atoms(self) -> int:
