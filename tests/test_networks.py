@@ -125,3 +125,55 @@ def test_cnn_on_vector_observations_fails_before_compiling():
         )
     with pytest.raises(ValueError, match="PPO: unknown torso 'conv'"):
         zoo.make("ppo", torso="conv")
+
+
+# --- SimBa ---------------------------------------------------------------------
+
+
+def _layer_norm(x):
+    """Equinox's `LayerNorm` at initialisation (unit weight, zero bias)."""
+    return (x - x.mean()) / np.sqrt(x.var() + 1e-5)
+
+
+def test_simba_torso_by_hand(getkey):
+    torso = zoo.Torso((3,), (8, 8), "relu", kind="simba", key=getkey())
+    assert torso.kind == "simba" and torso.out_size == 8
+    assert torso.blocks is not None and len(torso.blocks) == 2
+    obs = np.asarray(jr.normal(getkey(), (3,)))
+    embed = torso.layers[0]
+    x = np.asarray(embed.weight) @ obs + np.asarray(embed.bias)
+    for _, up, down in torso.blocks:
+        assert up.weight.shape == (32, 8)  # the inverted bottleneck: 4x wide
+        h = np.maximum(np.asarray(up.weight) @ _layer_norm(x) + np.asarray(up.bias), 0)
+        x = x + np.asarray(down.weight) @ h + np.asarray(down.bias)
+    np.testing.assert_allclose(torso(jnp.asarray(obs)), _layer_norm(x), atol=1e-5)
+
+
+def test_simba_refuses_widths_that_differ():
+    with pytest.raises(ValueError, match=r"torso='simba' takes hidden_sizes of one"):
+        zoo.Torso((3,), (8, 16), "relu", kind="simba", key=jr.PRNGKey(0))
+
+
+# One agent per network builder, as above: a Q network, an actor-critic, SAC's
+# critics (which join the action before the blocks).
+@pytest.mark.parametrize(
+    ("name", "env_name"),
+    [("rainbow", "CartPole-v1"), ("ppo", "CartPole-v1"), ("sac", "Pendulum-v1")],
+)
+def test_agents_take_the_simba_torso_and_normalise_observations(
+    name, env_name, getkey
+):
+    env = envs.make(env_name)
+    agent = zoo.make(name, torso="simba", hidden_sizes=(16,))
+    assert agent.normalizes_obs  # SimBa's running normalisation comes with it
+    state, _ = runners.train(agent, env, key=getkey(), total_steps=512, num_envs=2)
+    s = state.agent_state
+    torsos = [x for x in jax_leaves_modules(s) if isinstance(x, zoo.Torso)]
+    assert torsos and all(t.kind == "simba" for t in torsos)
+    stats = s.obs_stats  # pyright: ignore[reportAttributeAccessIssue]
+    assert float(stats.count) >= 512 and bool(jnp.any(stats.mean != 0))
+    obs = env.observation_space.sample(key=getkey())
+    action, _ = agent.act(s, obs, key=getkey(), greedy=True)
+    assert bool(jnp.all(jnp.isfinite(jnp.asarray(action, jnp.float32))))
+    # With the space's bounds fixed instead (`scale_obs`), nothing runs.
+    assert not zoo.make("sac", torso="simba", scale_obs=True).normalizes_obs

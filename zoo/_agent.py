@@ -149,11 +149,19 @@ class AbstractAgent(eqx.Module, Generic[S]):
         """Learn from the memory. **Returns:** the new state, the memory (an agent
         may write to it, e.g. priorities) and metrics (scalar arrays)."""
 
+    @property
+    def normalizes_obs(self) -> bool:
+        """Whether observations are normalised by running statistics:
+        `normalize_obs`, or a SimBa torso (`torso="simba"`, whose running
+        normalisation is part of the architecture) unless `scale_obs` fixes
+        the statistics from the space's bounds instead."""
+        return self.normalize_obs or (self.torso == "simba" and not self.scale_obs)
+
     def observe(self, state: S, trajectory: Transition) -> S:
         """Update the observation statistics with a `[num_steps, num_envs]`
-        trajectory just learnt from (training only; a no-op without
-        `normalize_obs`)."""
-        if not self.normalize_obs:  # fixed statistics under `scale_obs`
+        trajectory just learnt from (training only; a no-op unless
+        `normalizes_obs`)."""
+        if not self.normalizes_obs:  # fixed statistics under `scale_obs`
             return state
         stats = state.obs_stats.update(trajectory.obs)
         return eqx.tree_at(lambda s: s.obs_stats, state, stats)
@@ -163,7 +171,7 @@ class AbstractAgent(eqx.Module, Generic[S]):
         under `normalize_obs` (clipped to +-10) or `scale_obs` (not clipped: bounded
         dimensions land in `[-1, 1]`, unbounded ones pass unchanged), else
         unchanged. Any leading axes."""
-        if self.normalize_obs:
+        if self.normalizes_obs:
             return state.obs_stats.normalize(obs)
         if self.scale_obs:
             return state.obs_stats.normalize(obs, clip=np.inf)

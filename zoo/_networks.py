@@ -68,18 +68,19 @@ def uniform_fan_in(module: T, *, key: PRNGKeyArray) -> T:
 
 # Recurrent torsos: the feed-forward torso "auto" picks, then Equinox's cell.
 RECURRENT = ("gru", "lstm")
-TORSOS = ("auto", "mlp", "cnn", *RECURRENT)
+TORSOS = ("auto", "mlp", "cnn", "simba", *RECURRENT)
 
 
 def torso_kind(torso: str, obs_shape: tuple[int, ...], *, who: str = "agent") -> str:
-    """`"mlp"`, `"cnn"`, `"gru"` or `"lstm"`: the torso `torso` names for
-    observations of `obs_shape`. `"auto"` picks the CNN for image observations
-    (three axes, `[height, width, channels]` as gymnax's MinAtar gives them) and
-    the MLP otherwise; a `ValueError` names what is wrong with any other choice.
-    The recurrent ones put the torso `"auto"` picks before their cell."""
+    """`"mlp"`, `"cnn"`, `"simba"`, `"gru"` or `"lstm"`: the torso `torso`
+    names for observations of `obs_shape`. `"auto"` picks the CNN for image
+    observations (three axes, `[height, width, channels]` as gymnax's MinAtar
+    gives them) and the MLP otherwise; a `ValueError` names what is wrong with
+    any other choice. The recurrent ones put the torso `"auto"` picks before
+    their cell; SimBa flattens any observation."""
     if torso not in TORSOS:
         raise ValueError(f"{who}: unknown torso {torso!r}; valid ones: {TORSOS}")
-    if torso in RECURRENT:
+    if torso in RECURRENT or torso == "simba":
         return torso
     if torso == "auto":
         return "cnn" if len(obs_shape) == 3 else "mlp"
@@ -159,6 +160,14 @@ class Torso(eqx.Module):
     compiles faster, having no QR decomposition). With `layer_norm`, each hidden
     layer (the convolution's output too) is normalised before its activation
     (as PQN does, in place of a target network).
+
+    `kind="simba"` is SimBa's network (Lee et al., ICLR 2025): the flattened
+    observation goes through a linear embedding to the width `h` of
+    `hidden_sizes` (all equal), then one residual block per entry,
+    `x + W2 act(W1 LN(x))` with an inner width of `4h`, and a final layer
+    norm. (SimBa's third part, running observation normalisation, is the
+    agent's: `torso="simba"` turns it on, see `AbstractAgent`.) `layer_norm`
+    does not apply.
     """
 
     conv: eqx.nn.Conv2d | None
@@ -168,6 +177,9 @@ class Torso(eqx.Module):
     activation: str = eqx.field(static=True)
     obs_shape: tuple[int, ...] = eqx.field(static=True)
     extra_inputs: int = eqx.field(static=True)
+    # SimBa's residual blocks, (layer norm, up, down) each, and its last norm.
+    blocks: tuple[tuple[eqx.nn.LayerNorm, eqx.nn.Linear, eqx.nn.Linear], ...] | None
+    final_norm: eqx.nn.LayerNorm | None
 
     def __init__(
         self,
@@ -192,7 +204,39 @@ class Torso(eqx.Module):
                 f"Torso: kind={kind!r} is recurrent; build a RecurrentTorso (or "
                 "pass the network torso=...) instead"
             )
-        if torso_kind(kind, obs_shape, who="Torso") == "cnn":
+        kind = torso_kind(kind, obs_shape, who="Torso")
+        self.blocks, self.final_norm = None, None
+        if kind == "simba":
+            widths = set(hidden_sizes)
+            if len(widths) != 1:
+                raise ValueError(
+                    "Torso: torso='simba' takes hidden_sizes of one width, one "
+                    f"entry per residual block, e.g. (128, 128); got {hidden_sizes!r}"
+                )
+            (width,) = widths
+            features = int(np.prod(obs_shape)) + extra_inputs
+            linear = lambda i, o, k: (
+                _linear(i, o, np.sqrt(2), key=k)
+                if orthogonal
+                else eqx.nn.Linear(i, o, key=k)
+            )
+            k_embed, *k_blocks = jr.split(key, len(hidden_sizes) + 1)
+            self.conv, self.conv_norm, self.norms = None, None, None
+            self.layers = (linear(features, width, k_embed),)
+            self.blocks = tuple(
+                (
+                    eqx.nn.LayerNorm(width),
+                    linear(width, 4 * width, k_up),
+                    linear(4 * width, width, k_down),
+                )
+                for k_up, k_down in (jr.split(k) for k in k_blocks)
+            )
+            self.final_norm = eqx.nn.LayerNorm(width)
+            self.activation = activation
+            self.obs_shape = obs_shape
+            self.extra_inputs = extra_inputs
+            return
+        if kind == "cnn":
             # Split only here: MLP torsos draw from `key` exactly as before.
             k_conv, key = jr.split(key)
             height, width, channels = obs_shape
@@ -229,6 +273,8 @@ class Torso(eqx.Module):
 
     @property
     def kind(self) -> str:
+        if self.blocks is not None:
+            return "simba"
         return "mlp" if self.conv is None else "cnn"
 
     @property
@@ -262,6 +308,12 @@ class Torso(eqx.Module):
         x = jnp.ravel(x)
         if extra is not None:
             x = jnp.concatenate([x, extra])
+        if self.blocks is not None:
+            assert self.final_norm is not None
+            x = self.layers[0](x)
+            for norm, up, down in self.blocks:
+                x = x + down(fn(up(norm(x))))
+            return self.final_norm(x)
         for i, layer in enumerate(self.layers):
             x = layer(x)
             if self.norms is not None:
