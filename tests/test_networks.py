@@ -160,9 +160,7 @@ def test_simba_refuses_widths_that_differ():
     ("name", "env_name"),
     [("rainbow", "CartPole-v1"), ("ppo", "CartPole-v1"), ("sac", "Pendulum-v1")],
 )
-def test_agents_take_the_simba_torso_and_normalise_observations(
-    name, env_name, getkey
-):
+def test_agents_take_the_simba_torso_and_normalise_observations(name, env_name, getkey):
     env = envs.make(env_name)
     agent = zoo.make(name, torso="simba", hidden_sizes=(16,))
     assert agent.normalizes_obs  # SimBa's running normalisation comes with it
