@@ -1,4 +1,5 @@
-"""SAC, TD3 and DDPG: action scaling, targets, temperature, probes, bad input."""
+"""SAC, TQC, TD3 and DDPG: action scaling, targets, temperature, probes, bad
+input."""
 
 import equinox as eqx
 import jax
@@ -22,6 +23,9 @@ AGENTS = {
     "sac": lambda **kw: zoo.make("sac", **{"alpha_learning_rate": 3e-3, **SMALL, **kw}),
     "td3": lambda **kw: zoo.make("td3", **{"exploration_noise": 0.3, **SMALL, **kw}),
     "ddpg": lambda **kw: zoo.make("ddpg", **{"exploration_noise": 0.3, **SMALL, **kw}),
+    "tqc": lambda **kw: zoo.make(
+        "tqc", **{"alpha_learning_rate": 3e-3, "n_quantiles": 5, **SMALL, **kw}
+    ),
 }
 ASYMMETRIC = envs.Box(np.array([0.0, -3.0]), np.array([4.0, -1.0]))
 
@@ -70,13 +74,15 @@ def test_actions_lie_within_the_bounds(name, getkey):
 
 
 def _set_heads(critics, values):
-    """Stacked critics whose outputs are `values[i]` whatever the input."""
+    """Stacked critics whose outputs are `values[i]` whatever the input (a
+    row of quantiles each for quantile critics)."""
+    values = jnp.asarray(values, jnp.float32)
     return eqx.tree_at(
         lambda c: (c.head.weight, c.head.bias),
         critics,
         (
             jnp.zeros_like(critics.head.weight),
-            jnp.asarray(values, jnp.float32)[:, None],
+            values[:, None] if values.ndim == 1 else values,
         ),
     )
 
@@ -143,8 +149,10 @@ def test_critic_fits_the_continuous_action_reward_probe(name, getkey):
     action, _ = agent.act(s, obs, key=getkey(), greedy=True)
     assert float(action[0]) == pytest.approx(0.5, abs=0.15)
     for a in (-0.5, 0.0, 0.5, 1.0):
-        # Every critic, at an action in [-1, 1] units (the probe's own bounds).
+        # Every critic, at an action in [-1, 1] units (the probe's own bounds);
+        # a quantile critic's mean.
         values = eqx.filter_vmap(lambda c: c(obs, jnp.array([a])))(s.critics)
+        values = values.mean(axis=-1) if values.ndim > 1 else values
         np.testing.assert_allclose(values, -((a - 0.5) ** 2), atol=0.12)
 
 
@@ -162,6 +170,8 @@ def test_critic_fits_the_continuous_action_reward_probe(name, getkey):
         ("sac", {"log_std_bounds": (2.0, -5.0)}, "low < high"),
         ("sac", {"log_std_bounds": (1.0,)}, "must be a list of 2 numbers"),
         ("sac", {"alpha_init": 0.0}, "alpha_init must be positive"),
+        ("tqc", {"top_quantiles_to_drop_per_net": 25}, r"in \[0, n_quantiles=25\)"),
+        ("tqc", {"n_quantiles": 0}, "n_quantiles must be positive"),
     ],
 )
 def test_invalid_values_fail_at_construction(name, hparams, match):
@@ -261,3 +271,55 @@ def test_sde_log_density_is_the_state_dependent_gaussian_squashed(getkey):
         lambda a: agent._sample_actions(a, obs, key)[1].mean(), allow_int=True
     )(actor)
     assert float(jnp.abs(grad.log_std).sum()) > 0
+
+
+# --- TQC ---------------------------------------------------------------------
+
+
+def test_tqc_truncation_pools_sorts_and_drops_the_largest():
+    quantiles = jnp.array([[0.0, 1.0, 2.0, 9.0], [3.0, 4.0, 5.0, 8.0]])
+    np.testing.assert_array_equal(
+        zoo.truncated_atoms(quantiles, 1), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    )
+    np.testing.assert_array_equal(zoo.truncated_atoms(quantiles, 0).shape, (8,))
+
+
+def test_tqc_target_is_the_kept_atoms_discounted_onto_the_reward(getkey):
+    agent = AGENTS["tqc"](n_quantiles=4, top_quantiles_to_drop_per_net=1)
+    obs_space, action_space = envs.Box(-1.0, 1.0, (1,)), envs.Box(-1.0, 1.0, (1,))
+    state = _init(agent, obs_space, action_space, getkey())
+    critics = _set_heads(state.critics, [[0.0, 1.0, 2.0, 9.0], [3.0, 4.0, 5.0, 8.0]])
+    # A negligible temperature leaves only the critics in the soft target.
+    state = eqx.tree_at(
+        lambda s: (s.target, s.log_alpha), state, (critics, jnp.array(-40.0))
+    )
+    sample = _sample(
+        jnp.zeros((2, 1)),
+        jnp.zeros((2, 1)),
+        jnp.array([1.0, 2.0]),
+        jnp.zeros((2, 1)),
+        jnp.array([False, True]),
+        jnp.full(2, 0.5),
+    )
+    y = agent.td_target(state, sample, key=getkey())
+    kept = np.array([0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
+    np.testing.assert_allclose(y, [1.0 + 0.5 * kept, np.full(6, 2.0)], atol=1e-5)
+
+
+def test_tqc_critic_loss_by_hand():
+    agent = zoo.make("tqc", n_quantiles=2, top_quantiles_to_drop_per_net=0)
+    q = jnp.array([[[0.0, 1.0], [2.0, 0.5]]])  # [batch 1, 2 critics, 2 quantiles]
+    y = jnp.array([[0.5, 3.0, -1.0]])
+    loss = agent.critic_losses(q, y)  # pyright: ignore[reportOptionalCall]
+    tau = np.array([0.25, 0.75])
+
+    def critic(z):
+        u = np.asarray(y[0])[None, :] - np.asarray(z)[:, None]
+        huber = np.where(np.abs(u) <= 1.0, 0.5 * u**2, np.abs(u) - 0.5)
+        weight = np.abs(tau[:, None] - (u < 0))
+        return (weight * huber).mean()  # over quantiles and atoms, as the paper
+
+    expected = critic(q[0, 0]) + critic(q[0, 1])
+    assert float(loss[0]) == pytest.approx(expected, rel=1e-6)
+    # The actor maximises the mean of every critic's quantiles.
+    assert float(agent.policy_value(q)[0]) == pytest.approx(0.875)

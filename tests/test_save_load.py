@@ -17,6 +17,7 @@ import zoo
         ("qrdqn", "CartPole-v1"),
         ("iqn", "CartPole-v1"),
         ("rainbow", "CartPole-v1"),
+        ("tqc", "Pendulum-v1"),
         ("pqn", "CartPole-v1"),
         ("a2c", "CartPole-v1"),
     ],

@@ -109,3 +109,4 @@ from ._td3 import (
     AbstractDeterministicAgent as AbstractDeterministicAgent,
     TD3State as TD3State,
 )
+from ._tqc import TQC as TQC, truncated_atoms as truncated_atoms

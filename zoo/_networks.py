@@ -811,10 +811,12 @@ class GaussianActor(AbstractActor):
 class QCritic(eqx.Module):
     """Action value `Q(obs, action)` of a continuous action: the torso's
     features of the observation (flattened, or after the convolution) joined by
-    the action, through the dense layers."""
+    the action, through the dense layers. With `quantiles`, the critic gives
+    that many quantiles of the return instead (`[quantiles]`, TQC's)."""
 
     torso: Torso
     head: eqx.nn.Linear
+    quantiles: int | None = eqx.field(static=True)
 
     def __init__(
         self,
@@ -824,6 +826,7 @@ class QCritic(eqx.Module):
         activation: str = "relu",
         *,
         torso: str = "auto",
+        quantiles: int | None = None,
         key: PRNGKeyArray,
     ):
         k1, k2, k3 = jr.split(key, 3)
@@ -836,13 +839,15 @@ class QCritic(eqx.Module):
             orthogonal=False,
             key=k1,
         )
-        head = eqx.nn.Linear(body.out_size, 1, key=k2)
+        head = eqx.nn.Linear(body.out_size, quantiles or 1, key=k2)
         self.torso, self.head = uniform_fan_in((body, head), key=k3)
+        self.quantiles = quantiles
 
     def __call__(
         self, obs: Shaped[Array, "..."], action: Float[Array, " action_dim"]
-    ) -> Float[Array, ""]:
-        return self.head(self.torso(obs, action))[0]
+    ) -> Float[Array, ""] | Float[Array, " quantiles"]:
+        out = self.head(self.torso(obs, action))
+        return out if self.quantiles else out[0]
 
 
 def q_ensemble(
@@ -853,21 +858,29 @@ def q_ensemble(
     activation: str,
     *,
     torso: str = "auto",
+    quantiles: int | None = None,
     key: PRNGKeyArray,
 ) -> QCritic:
     """`n` independent critics stacked along a leading axis of every parameter,
     evaluated together with `ensemble_q` (one batched pass, not `n`)."""
     return eqx.filter_vmap(
         lambda k: QCritic(
-            obs_shape, action_dim, hidden_sizes, activation, torso=torso, key=k
+            obs_shape,
+            action_dim,
+            hidden_sizes,
+            activation,
+            torso=torso,
+            quantiles=quantiles,
+            key=k,
         )
     )(jr.split(key, n))
 
 
 def ensemble_q(
     critics: QCritic, obs: Shaped[Array, "..."], action: Float[Array, " action_dim"]
-) -> Float[Array, " n"]:
-    """Every critic's `Q(obs, action)` of a `q_ensemble`."""
+) -> Float[Array, " n"] | Float[Array, "n quantiles"]:
+    """Every critic's `Q(obs, action)` of a `q_ensemble` (`[n, quantiles]`
+    for quantile critics)."""
     return eqx.filter_vmap(lambda c: c(obs, action))(critics)
 
 

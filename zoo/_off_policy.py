@@ -9,6 +9,7 @@ importance exponent, and the env-step counter behind schedules.
 """
 
 import abc
+from collections.abc import Callable
 from typing import Generic, TypeVar, final
 
 import equinox as eqx
@@ -330,20 +331,25 @@ def update_critics(
     optimizer: optax.GradientTransformation,
     obs: Shaped[Array, "batch ..."],
     action: Float[Array, "batch action_dim"],
-    y: Float[Array, " batch"],
+    y: Float[Array, " batch"] | Float[Array, "batch atoms"],
     weights: Float[Array, " batch"],
-) -> tuple[QCritic, PyTree, Float[Array, ""], Float[Array, "batch n"]]:
+    losses: Callable[[Array, Array], Array] | None = None,
+) -> tuple[QCritic, PyTree, Float[Array, ""], Float[Array, "batch n ..."]]:
     """One optimizer step of a critic ensemble (`q_ensemble`) on the squared error
-    to the targets `y`, each transition weighted by its importance weight.
+    to the targets `y` (or on `losses(q, y)`, per transition: TQC's quantile
+    loss), each transition weighted by its importance weight.
 
     **Returns:** the critics, the optimizer state, the loss and the critics'
-    values before the step, `[batch, n_critics]`.
+    values before the step, `[batch, n_critics]` (`[batch, n_critics,
+    quantiles]` for quantile critics).
     """
 
     def loss_fn(critics):
         q = jax.vmap(lambda o, a: ensemble_q(critics, o, a))(obs, action)
-        losses = jnp.sum((q - y[:, None]) ** 2, axis=1)
-        return 0.5 * jnp.mean(weights * losses), q
+        if losses is not None:
+            return jnp.mean(weights * losses(q, y)), q
+        per_transition = jnp.sum((q - y[:, None]) ** 2, axis=1)
+        return 0.5 * jnp.mean(weights * per_transition), q
 
     (loss, q), grads = eqx.filter_value_and_grad(loss_fn, has_aux=True)(critics)
     params = eqx.filter(critics, eqx.is_inexact_array)

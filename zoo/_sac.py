@@ -1,6 +1,7 @@
 """Soft Actor-Critic for continuous actions."""
 
 import abc
+from collections.abc import Callable
 from typing import cast, final
 
 import equinox as eqx
@@ -58,9 +59,11 @@ class AbstractSoftActorCritic(AbstractContinuousAgent[SACState]):
     learned temperature, and critics regressed onto a target.
 
     The hooks are what the SAC family changes: `make_critics` (the critic
-    ensemble) and `td_target` (what the critics regress onto: SAC's soft
+    ensemble), `td_target` (what the critics regress onto: SAC's soft
     minimum of the target critics; a variant without a target network reads
-    `state.critics` and returns `()` from `online`, so no target is kept).
+    `state.critics` and returns `()` from `online`, so no target is kept),
+    `critic_losses` (`None`: the squared error), `policy_value` (what the
+    actor maximises, from the critics' outputs) and `priorities`.
     """
 
     alpha_learning_rate: float = 3e-4
@@ -82,8 +85,28 @@ class AbstractSoftActorCritic(AbstractContinuousAgent[SACState]):
     @abc.abstractmethod
     def td_target(
         self, state: SACState, sample: Sample, *, key: PRNGKeyArray
+    ) -> Float[Array, " batch"] | Float[Array, "batch atoms"]:
+        """What the critics regress onto, per transition (no gradient): a
+        value, or samples of the target distribution (TQC's atoms)."""
+
+    @property
+    @abc.abstractmethod
+    def critic_losses(self) -> Callable[[Array, Array], Array] | None:
+        """The per-transition critic loss of the critics' outputs `q`
+        (`[batch, n_critics, ...]`) against `td_target`'s `y`, or `None` for
+        the squared error summed over the critics."""
+
+    @abc.abstractmethod
+    def policy_value(
+        self, q: Float[Array, "batch n_critics ..."]
     ) -> Float[Array, " batch"]:
-        """What the critics regress onto, per transition (no gradient)."""
+        """What the actor maximises, from the critics' outputs at its actions."""
+
+    @abc.abstractmethod
+    def priorities(
+        self, q: Float[Array, "batch n_critics ..."], y: Float[Array, "batch ..."]
+    ) -> Float[Array, " batch"]:
+        """Per-transition TD errors: new priorities for prioritised replay."""
 
     def __check_init__(self):
         check_positive(self, "n_critics", "alpha_init", "sde_sample_freq")
@@ -198,12 +221,13 @@ class AbstractSoftActorCritic(AbstractContinuousAgent[SACState]):
             action,
             y,
             sample.weights,
+            losses=self.critic_losses,
         )
 
         def actor_loss(actor):
             new_action, log_prob = self._sample_actions(actor, obs, k_new)
             q_new = jax.vmap(lambda o, a: ensemble_q(critics, o, a))(obs, new_action)
-            loss = jnp.mean(alpha * log_prob - jnp.min(q_new, axis=1))
+            loss = jnp.mean(alpha * log_prob - self.policy_value(q_new))
             return loss, log_prob
 
         (a_loss, log_prob), grads = eqx.filter_value_and_grad(actor_loss, has_aux=True)(
@@ -237,7 +261,7 @@ class AbstractSoftActorCritic(AbstractContinuousAgent[SACState]):
             state,
             (actor, critics, log_alpha, actor_opt, critic_opt, alpha_opt),
         )
-        td = jnp.mean(jnp.abs(q - y[:, None]), axis=1)
+        td = self.priorities(q, y)
         metrics = {
             "critic_loss": c_loss,
             "actor_loss": a_loss,
@@ -308,6 +332,22 @@ class SAC(AbstractSoftActorCritic):
         soft = jnp.min(q_next, axis=1) - jnp.exp(state.log_alpha) * next_log_prob
         y = batch.reward + sample.discount * (1.0 - batch.terminated) * soft
         return jax.lax.stop_gradient(y)
+
+    @property
+    def critic_losses(self) -> None:
+        return None
+
+    def policy_value(
+        self, q: Float[Array, "batch n_critics"]
+    ) -> Float[Array, " batch"]:
+        """The critics' minimum (clipped double Q)."""
+        return jnp.min(q, axis=1)
+
+    def priorities(
+        self, q: Float[Array, "batch n_critics"], y: Float[Array, " batch"]
+    ) -> Float[Array, " batch"]:
+        """The mean absolute TD error over the critics."""
+        return jnp.mean(jnp.abs(q - y[:, None]), axis=1)
 
     def online(self, state: SACState) -> QCritic:
         return state.critics
