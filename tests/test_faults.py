@@ -458,7 +458,7 @@ def test_a_config_too_big_for_memory_is_refused_before_compiling(name):
     num_envs = 1 if big else 2**12
     if not big:
         big = {"num_steps": 2**15}
-    env = envs.make("Pendulum-v1" if name in ("sac", "td3", "ddpg") else "CartPole-v1")
+    env = envs.make(zoo.default_env(name))  # a discrete or a continuous one
     agent = zoo.make(name, **big)
     with pytest.raises(
         runners.MemoryLimitError, match=r"need about [\d.]+ GiB.* than the [\d.]+ GiB"

@@ -20,7 +20,6 @@ from experiments.configs import tuned
 from runners import _run
 
 ROOT = Path(__file__).resolve().parents[1]
-CONTINUOUS = {"sac", "td3", "ddpg"}
 
 
 @pytest.mark.parametrize(
@@ -77,7 +76,7 @@ def test_every_float_hyperparameter_traces_as_an_array(name):
     """What `sweepable` promises: the agent trains and evaluates with all of its
     float hyperparameters traced at once (traced, not compiled)."""
     agent = zoo.make(name)
-    env = envs.make("Pendulum-v1" if name in CONTINUOUS else "CartPole-v1")
+    env = envs.make(zoo.default_env(name))
     names = runners.sweepable(agent)
     assert "learning_rate" in names or "actor_lr" in names or len(names) > 3
     keys = jr.split(jr.PRNGKey(0), 2)

@@ -115,7 +115,7 @@ class PrioritizedReplay(AbstractReplay):
     """
 
     capacity: int = eqx.field(static=True)
-    alpha: float = 0.6
+    alpha: float | Float[Array, ""] = 0.6  # an array when the agent's is swept
     eps: float = 1e-6
 
     def __check_init__(self):
