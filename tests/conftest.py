@@ -27,6 +27,28 @@ import pytest
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
+_CACHE_SETTINGS = (
+    "jax_compilation_cache_dir",
+    "jax_persistent_cache_min_compile_time_secs",
+    "jax_persistent_cache_min_entry_size_bytes",
+)
+
+
+@pytest.fixture(autouse=True)
+def _persistent_cache_stays_as_it_was():
+    """An experiment run in this process turns JAX's persistent compilation
+    cache on (into the user's cache folder) for the rest of the process; every
+    test leaves it as it found it, so the suite never writes there."""
+    before = {name: getattr(jax.config, name) for name in _CACHE_SETTINGS}
+    yield
+    if any(getattr(jax.config, name) != value for name, value in before.items()):
+        from jax._src import compilation_cache
+
+        for name, value in before.items():
+            jax.config.update(name, value)
+        compilation_cache.reset_cache()
+
+
 @pytest.fixture(scope="session")
 def code_facts():
     """`benchmarks/code_facts.py` (a script, not a package), loaded once."""

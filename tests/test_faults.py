@@ -133,7 +133,11 @@ def test_resume_falls_back_to_the_newest_checkpoint_that_verifies(
     state.write_bytes(bytes(data))
     (root / "2000" / "state.eqx").unlink()
     run = ex.run(
-        config_updates={"resume": str(run_dir), "progress": False},
+        config_updates={
+            "resume": str(run_dir),
+            "progress": False,
+            "compilation_cache": False,
+        },
         options={"--file_storage": str(tmp_path / "runs")},
     )
     assert run.status == "COMPLETED"
