@@ -39,8 +39,11 @@ SMALL = {
     "ppo": lambda **kw: zoo.make(
         "ppo", num_steps=16, num_minibatches=2, hidden_sizes=(16,), **kw
     ),
-    "sac": lambda **kw: zoo.make(
-        "sac",
+    # CrossQ: SAC's state and update, with batch-normalised critics whose
+    # running statistics (an `eqx.nn.State`) must resume too.
+    "crossq": lambda **kw: zoo.make(
+        "crossq",
+        critic_hidden_sizes=(16,),
         learning_starts=64,
         batch_size=16,
         train_frequency=4,
@@ -54,7 +57,7 @@ SMALL["ppo_gru"] = lambda **kw: SMALL["ppo"](torso="gru", cell_size=8, **kw)
 ENV = {
     "dqn": "CartPole-v1",
     "ppo": "CartPole-v1",
-    "sac": "Pendulum-v1",
+    "crossq": "Pendulum-v1",
     "ppo_gru": "StatelessCartPole-v1",
 }
 
@@ -207,7 +210,7 @@ def _same_reports(a, b):
 @pytest.mark.parametrize(
     ("agent_name", "num_seeds"),
     # Several seeds each: one seed is the same code path with a shorter axis.
-    [("dqn", 3), ("ppo", 3), ("sac", 2), ("ppo_gru", 2)],
+    [("dqn", 3), ("ppo", 3), ("crossq", 2), ("ppo_gru", 2)],
 )
 def test_resume_is_exact(tmp_path, agent_name, num_seeds):
     agent, env = SMALL[agent_name](), envs.make(ENV[agent_name])

@@ -1,5 +1,5 @@
-"""SAC, TQC, TD3 and DDPG: action scaling, targets, temperature, probes, bad
-input."""
+"""SAC, TQC, CrossQ, TD3 and DDPG: action scaling, targets, temperature,
+batch normalisation, probes, bad input."""
 
 import equinox as eqx
 import jax
@@ -25,6 +25,10 @@ AGENTS = {
     "ddpg": lambda **kw: zoo.make("ddpg", **{"exploration_noise": 0.3, **SMALL, **kw}),
     "tqc": lambda **kw: zoo.make(
         "tqc", **{"alpha_learning_rate": 3e-3, "n_quantiles": 5, **SMALL, **kw}
+    ),
+    "crossq": lambda **kw: zoo.make(
+        "crossq",
+        **{"alpha_learning_rate": 3e-3, "critic_hidden_sizes": (64, 64), **SMALL, **kw},
     ),
 }
 ASYMMETRIC = envs.Box(np.array([0.0, -3.0]), np.array([4.0, -1.0]))
@@ -148,6 +152,15 @@ def test_critic_fits_the_continuous_action_reward_probe(name, getkey):
     obs = jnp.zeros(1)
     action, _ = agent.act(s, obs, key=getkey(), greedy=True)
     assert float(action[0]) == pytest.approx(0.5, abs=0.15)
+    if name == "crossq":
+        # In inference mode (running statistics) the batch-normalised critics
+        # fit the actions the replay holds most: near the optimum to 0.12, the
+        # edges, seldom tried once the policy settles, only in order.
+        acts = jnp.array([[-0.5], [0.0], [0.5]])
+        values = agent.critic_values(s.critics, s.critic_state, jnp.zeros((3, 1)), acts)
+        np.testing.assert_allclose(values[1:], [[-0.25] * 2, [0.0] * 2], atol=0.12)
+        assert np.all(values[0] < values[1]) and np.all(values[1] < values[2])
+        return
     for a in (-0.5, 0.0, 0.5, 1.0):
         # Every critic, at an action in [-1, 1] units (the probe's own bounds);
         # a quantile critic's mean.
@@ -172,6 +185,10 @@ def test_critic_fits_the_continuous_action_reward_probe(name, getkey):
         ("sac", {"alpha_init": 0.0}, "alpha_init must be positive"),
         ("tqc", {"top_quantiles_to_drop_per_net": 25}, r"in \[0, n_quantiles=25\)"),
         ("tqc", {"n_quantiles": 0}, "n_quantiles must be positive"),
+        ("crossq", {"policy_delay": 0}, "policy_delay must be positive"),
+        ("crossq", {"critic_hidden_sizes": ()}, "critic_hidden_sizes must be"),
+        ("crossq", {"batch_norm_momentum": 1.0}, r"batch_norm_momentum must be in"),
+        ("crossq", {"torso": "simba"}, r"torso='simba' is not supported"),
     ],
 )
 def test_invalid_values_fail_at_construction(name, hparams, match):
@@ -323,3 +340,51 @@ def test_tqc_critic_loss_by_hand():
     assert float(loss[0]) == pytest.approx(expected, rel=1e-6)
     # The actor maximises the mean of every critic's quantiles.
     assert float(agent.policy_value(q)[0]) == pytest.approx(0.875)
+
+
+def test_batch_norm_trains_on_the_batch_and_infers_with_running_statistics():
+    layer, state = eqx.nn.make_with_state(zoo.BatchNorm)(2, momentum=0.9, eps=0.0)
+    x = jnp.array([[1.0, 10.0], [3.0, 10.0], [5.0, 16.0], [7.0, 12.0]])
+    y, moved = layer(x, state, inference=False)
+    # The batch's own statistics: mean [4, 12], biased variance [5, 6].
+    np.testing.assert_allclose(y.mean(axis=0), 0.0, atol=1e-6)
+    np.testing.assert_allclose(y.var(axis=0), 1.0, rtol=1e-5)
+    mean, var = moved.get(layer.stats)
+    np.testing.assert_allclose(mean, [0.4, 1.2], rtol=1e-6)  # 0.9 * 0 + 0.1 * m
+    np.testing.assert_allclose(var, [0.9 + 0.5, 0.9 + 0.6], rtol=1e-6)
+    # Inference: the running statistics normalise, and the state stays as it was.
+    z, same = layer(x, moved, inference=True)
+    np.testing.assert_allclose(z, (x - mean[None]) / jnp.sqrt(var)[None], rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(same), jax.tree.leaves(moved), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_crossq_joint_pass_normalises_current_and_next_together(getkey):
+    agent = AGENTS["crossq"](critic_hidden_sizes=(8,), batch_norm_momentum=0.5)
+    obs_space, action_space = envs.Box(-1.0, 1.0, (1,)), envs.Box(-1.0, 1.0, (1,))
+    state = _init(agent, obs_space, action_space, getkey())
+    assert state.target == ()  # no target network
+    n = 6
+    obs, next_obs = jnp.full((n, 1), 2.0), jnp.full((n, 1), -4.0)
+    sample = _sample(
+        obs,
+        jnp.zeros((n, 1)),
+        jnp.zeros(n),
+        next_obs,
+        jnp.zeros(n, bool),
+        jnp.full(n, 0.9),
+    )
+    new, _, metrics = agent.learn(state, sample, key=getkey())
+    # The input layer's statistics saw both halves: the observations' mean is
+    # (2 - 4) / 2 = -1, moved half way from 0.
+    norm = new.critics.norms[0]
+    mean, _ = new.critic_state.get(norm.stats)
+    np.testing.assert_allclose(mean[:, 0], [-0.5, -0.5], rtol=1e-6)
+    # The actor and temperature wait for the third critic step (policy_delay 3).
+    assert float(metrics["actor_loss"]) == 0.0
+    np.testing.assert_array_equal(new.log_alpha, state.log_alpha)
+    for step in (1, 2):  # the runner counts the steps
+        new = eqx.tree_at(lambda s: s.step, new, jnp.array(step, jnp.int32))
+        new, _, metrics = agent.learn(new, sample, key=getkey())
+    assert float(metrics["actor_loss"]) != 0.0
+    assert float(new.log_alpha) != float(state.log_alpha)

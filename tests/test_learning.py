@@ -28,6 +28,7 @@ from experiments.configs import tuned
         ("a2c", "CartPole-v1", None),
         ("sac", "Pendulum-v1", None),
         ("tqc", "Pendulum-v1", None),
+        ("crossq", "Pendulum-v1", None),
         # gSDE: white noise never left the valley.
         ("sac", "MountainCarContinuous-v0", None),
         # State-dependent noise and a slow rate: every seed at the goal.

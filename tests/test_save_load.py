@@ -18,6 +18,7 @@ import zoo
         ("iqn", "CartPole-v1"),
         ("rainbow", "CartPole-v1"),
         ("tqc", "Pendulum-v1"),
+        ("crossq", "Pendulum-v1"),
         ("pqn", "CartPole-v1"),
         ("a2c", "CartPole-v1"),
     ],

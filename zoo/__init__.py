@@ -15,6 +15,7 @@ from ._c51 import (
     Rainbow as Rainbow,
     categorical_projection as categorical_projection,
 )
+from ._crossq import CrossQ as CrossQ
 from ._ddpg import DDPG as DDPG, DDPGState as DDPGState
 from ._dqn import DQN as DQN, DQNState as DQNState
 from ._iqn import IQN as IQN
@@ -37,6 +38,8 @@ from ._networks import (
     RECURRENT as RECURRENT,
     TORSOS as TORSOS,
     AbstractActor as AbstractActor,
+    BatchNorm as BatchNorm,
+    BatchNormQCritic as BatchNormQCritic,
     Critic as Critic,
     DeterministicActor as DeterministicActor,
     DiscreteActor as DiscreteActor,
@@ -48,6 +51,8 @@ from ._networks import (
     SDEActor as SDEActor,
     SquashedGaussianActor as SquashedGaussianActor,
     Torso as Torso,
+    batch_norm_ensemble_q as batch_norm_ensemble_q,
+    batch_norm_q_ensemble as batch_norm_q_ensemble,
     conv3x3 as conv3x3,
     cosine_embedding as cosine_embedding,
     initial_cell_carry as initial_cell_carry,

@@ -300,10 +300,13 @@ def adam_optimizer(
     *,
     anneal_horizon: Int[Array, ""] | None = None,
     eps: float = 1e-8,
+    b1: float | Float[Array, ""] = 0.9,
 ) -> optax.GradientTransformation:
-    """Global-norm clipping then Adam (`clipped`)."""
+    """Global-norm clipping then Adam (`clipped`), first-moment decay `b1`."""
     return clipped(
-        optax.adam(learning_rate, eps=eps), max_grad_norm, anneal_horizon=anneal_horizon
+        optax.adam(learning_rate, b1=b1, eps=eps),
+        max_grad_norm,
+        anneal_horizon=anneal_horizon,
     )
 
 

@@ -885,6 +885,152 @@ def ensemble_q(
 
 
 @final
+class BatchNorm(eqx.Module):
+    """Batch normalisation (Ioffe & Szegedy, 2015) over the leading axis of a
+    batch `[batch, features]`, its running statistics kept in an
+    `eqx.nn.State`.
+
+    In training mode (`inference=False`) the batch's own mean and (biased)
+    variance normalise it, and the running statistics move a fraction
+    `1 - momentum` of the way toward them; in inference mode the running
+    statistics normalise. A learnt scale and shift follow.
+
+    Not `eqx.nn.BatchNorm`: that layer reduces over a named `vmap` axis, and
+    keeps its axis name (a string) and its mode (a bool) as pytree leaves,
+    which cannot ride in the runners' `lax.scan` carry; this one takes the
+    batch as an array axis and keeps only arrays.
+    """
+
+    weight: Float[Array, " n"]
+    bias: Float[Array, " n"]
+    stats: eqx.nn.StateIndex
+    momentum: float = eqx.field(static=True)
+    eps: float = eqx.field(static=True)
+
+    def __init__(self, size: int, *, momentum: float = 0.99, eps: float = 1e-3):
+        self.weight = jnp.ones((size,))
+        self.bias = jnp.zeros((size,))
+        self.stats = eqx.nn.StateIndex((jnp.zeros((size,)), jnp.ones((size,))))
+        self.momentum = momentum
+        self.eps = eps
+
+    def __call__(
+        self, x: Float[Array, "batch n"], state: eqx.nn.State, *, inference: bool
+    ) -> tuple[Float[Array, "batch n"], eqx.nn.State]:
+        running_mean, running_var = state.get(self.stats)
+        if inference:
+            mean, var = running_mean, running_var
+        else:
+            mean = jnp.mean(x, axis=0)
+            var = jnp.mean(jnp.square(x - mean[None]), axis=0)
+            m = self.momentum
+            moved = (
+                m * running_mean + (1 - m) * jax.lax.stop_gradient(mean),
+                m * running_var + (1 - m) * jax.lax.stop_gradient(var),
+            )
+            state = state.set(self.stats, moved)
+        y = (x - mean[None]) * jax.lax.rsqrt(var + self.eps)[None]
+        return y * self.weight[None] + self.bias[None], state
+
+
+@final
+class BatchNormQCritic(eqx.Module):
+    """CrossQ's critic (Bhatt et al., 2024): `Q(obs, action)` of a whole batch,
+    the joined input batch-normalised, then dense layers each followed by the
+    activation and batch normalisation, then a linear head.
+
+    Unlike the other networks it takes a batch (`[batch, ...]` observations,
+    `[batch, action_dim]` actions), since its normalisation reduces over it,
+    and an `eqx.nn.State` with the running statistics; build it with
+    `eqx.nn.make_with_state`.
+    """
+
+    norms: tuple[BatchNorm, ...]
+    layers: tuple[eqx.nn.Linear, ...]
+    head: eqx.nn.Linear
+    activation: str = eqx.field(static=True)
+
+    def __init__(
+        self,
+        obs_shape: tuple[int, ...],
+        action_dim: int,
+        hidden_sizes: Sequence[int],
+        activation: str = "relu",
+        *,
+        momentum: float = 0.99,
+        eps: float = 1e-3,
+        key: PRNGKeyArray,
+    ):
+        if activation not in ACTIVATIONS:
+            raise ValueError(
+                f"unknown activation {activation!r}; valid ones: {sorted(ACTIVATIONS)}"
+            )
+        sizes = [int(np.prod(obs_shape)) + action_dim, *hidden_sizes]
+        keys = jr.split(key, len(sizes) + 1)
+        self.norms = tuple(BatchNorm(n, momentum=momentum, eps=eps) for n in sizes)
+        self.layers = tuple(
+            eqx.nn.Linear(a, b, key=k)
+            for a, b, k in zip(sizes[:-1], sizes[1:], keys[:-2], strict=True)
+        )
+        head = eqx.nn.Linear(sizes[-1], 1, key=keys[-2])
+        self.layers, self.head = uniform_fan_in((self.layers, head), key=keys[-1])
+        self.activation = activation
+
+    def __call__(
+        self,
+        obs: Shaped[Array, "batch ..."],
+        action: Float[Array, "batch action_dim"],
+        state: eqx.nn.State,
+        *,
+        inference: bool,
+    ) -> tuple[Float[Array, " batch"], eqx.nn.State]:
+        fn = ACTIVATIONS[self.activation]
+        x = jnp.concatenate(
+            [obs.reshape(obs.shape[0], -1).astype(action.dtype), action], axis=-1
+        )
+        x, state = self.norms[0](x, state, inference=inference)
+        for layer, norm in zip(self.layers, self.norms[1:], strict=True):
+            x = fn(jax.vmap(layer)(x))
+            x, state = norm(x, state, inference=inference)
+        return jax.vmap(self.head)(x)[:, 0], state
+
+
+def batch_norm_q_ensemble(
+    n: int,
+    obs_shape: tuple[int, ...],
+    action_dim: int,
+    hidden_sizes: Sequence[int],
+    activation: str,
+    *,
+    momentum: float = 0.99,
+    key: PRNGKeyArray,
+) -> tuple[BatchNormQCritic, eqx.nn.State]:
+    """`n` `BatchNormQCritic`s stacked along a leading axis, and their states."""
+    make = eqx.nn.make_with_state(BatchNormQCritic)
+    return eqx.filter_vmap(
+        lambda k: make(
+            obs_shape, action_dim, hidden_sizes, activation, momentum=momentum, key=k
+        )
+    )(jr.split(key, n))
+
+
+def batch_norm_ensemble_q(
+    critics: BatchNormQCritic,
+    state: eqx.nn.State,
+    obs: Shaped[Array, "batch ..."],
+    action: Float[Array, "batch action_dim"],
+    *,
+    inference: bool,
+) -> tuple[Float[Array, "batch n"], eqx.nn.State]:
+    """Every critic's `Q(obs, action)` over a batch, `[batch, n]`, and the
+    critics' states (moved only in training mode)."""
+    q, state = eqx.filter_vmap(lambda c, s: c(obs, action, s, inference=inference))(
+        critics, state
+    )
+    return q.T, state
+
+
+@final
 class DeterministicActor(eqx.Module):
     """A deterministic policy with actions in `[-1, 1]` (tanh output)."""
 

@@ -239,7 +239,7 @@ class AbstractContinuousAgent(AbstractOffPolicyAgent[S], AbstractMemorylessAgent
     Its fields, shared by every such agent (each agent's page lists its own):
 
     - `learning_rate`, `max_grad_norm`: Adam step size of actor and critics;
-      global-norm clipping.
+      global-norm clipping; `adam_beta1`: Adam's first-moment decay.
     - `gamma`, `n_step`: discount and n-step returns.
     - `buffer_size`, `batch_size`, `learning_starts`, `train_frequency`,
       `gradient_steps`: replay, as for DQN.
@@ -254,6 +254,7 @@ class AbstractContinuousAgent(AbstractOffPolicyAgent[S], AbstractMemorylessAgent
 
     learning_rate: float = 1e-3
     max_grad_norm: float = 10.0
+    adam_beta1: float = 0.9
     gamma: float = 0.99
     n_step: int = eqx.field(static=True, default=1)
     buffer_size: int = eqx.field(static=True, default=100_000)
@@ -287,7 +288,9 @@ class AbstractContinuousAgent(AbstractOffPolicyAgent[S], AbstractMemorylessAgent
 
     def optimizer(self) -> optax.GradientTransformation:
         """Adam with global-norm clipping, for the actor and for the critics."""
-        return adam_optimizer(self.learning_rate, self.max_grad_norm)
+        return adam_optimizer(
+            self.learning_rate, self.max_grad_norm, b1=self.adam_beta1
+        )
 
 
 def check_box(agent: eqx.Module, action_space: Space, *, squashed: bool) -> Box:

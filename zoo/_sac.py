@@ -1,15 +1,14 @@
 """Soft Actor-Critic for continuous actions."""
 
 import abc
-from collections.abc import Callable
-from typing import cast, final
+from typing import TypeAlias, cast, final
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 import optax
-from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree
+from jaxtyping import Array, Float, Int, PRNGKeyArray, PyTree, Shaped
 
 from envs import Box
 
@@ -17,6 +16,7 @@ from . import _distributions as dist
 from ._agent import Extras, Metrics, adam_optimizer, check_positive, register
 from ._memory import Sample
 from ._networks import (
+    BatchNormQCritic,
     QCritic,
     SDEActor,
     SquashedGaussianActor,
@@ -33,6 +33,13 @@ from ._off_policy import (
     update_critics,
 )
 
+# What `critic_update` returns: the critics, their optimizer state and their
+# state (`None` for stateless critics), the loss, the critics' outputs at the
+# minibatch (`[batch, n_critics, ...]`) and what they were regressed onto.
+CriticStep: TypeAlias = tuple[
+    QCritic | BatchNormQCritic, PyTree, eqx.nn.State | None, Array, Array, Array
+]
+
 
 @final
 class SACState(AbstractOffPolicyState):
@@ -40,8 +47,9 @@ class SACState(AbstractOffPolicyState):
     entropy temperature, their optimizers and counters."""
 
     actor: SquashedGaussianActor | SDEActor
-    critics: QCritic  # twin critics, stacked along a leading axis
-    target: QCritic  # target critics
+    critics: QCritic | BatchNormQCritic  # stacked along a leading axis
+    critic_state: eqx.nn.State | None  # the critics' running statistics (CrossQ)
+    target: PyTree  # target critics, or `()` without a target network
     log_alpha: Float[Array, ""]  # log entropy temperature
     actor_opt: PyTree
     critic_opt: PyTree
@@ -59,11 +67,13 @@ class AbstractSoftActorCritic(AbstractContinuousAgent[SACState]):
     learned temperature, and critics regressed onto a target.
 
     The hooks are what the SAC family changes: `make_critics` (the critic
-    ensemble), `td_target` (what the critics regress onto: SAC's soft
-    minimum of the target critics; a variant without a target network reads
-    `state.critics` and returns `()` from `online`, so no target is kept),
-    `critic_losses` (`None`: the squared error), `policy_value` (what the
-    actor maximises, from the critics' outputs) and `priorities`.
+    ensemble, and its state if it keeps one), `critic_update` (one step of
+    the critics: SAC and TQC regress onto a target from target critics;
+    CrossQ, without a target network, returns `()` from `online`, so none is
+    kept), `critic_values` (the critics at the actor's actions),
+    `policy_value` (what the actor maximises, from those values) and
+    `priorities`. The actor and the temperature learn every `policy_delay`
+    critic steps.
     """
 
     alpha_learning_rate: float = 3e-4
@@ -75,26 +85,37 @@ class AbstractSoftActorCritic(AbstractContinuousAgent[SACState]):
     use_sde: bool = eqx.field(static=True, default=False)
     sde_sample_freq: int = eqx.field(static=True, default=64)
     sde_log_std_init: float = -3.0
+    policy_delay: int = eqx.field(static=True, default=1)
 
     @abc.abstractmethod
     def make_critics(
         self, obs_shape: tuple[int, ...], action_dim: int, *, key: PRNGKeyArray
-    ) -> QCritic:
-        """The critic ensemble, stacked along a leading axis."""
+    ) -> tuple[QCritic | BatchNormQCritic, eqx.nn.State | None]:
+        """The critic ensemble, stacked along a leading axis, and its state
+        (`None` for stateless critics)."""
 
     @abc.abstractmethod
-    def td_target(
-        self, state: SACState, sample: Sample, *, key: PRNGKeyArray
-    ) -> Float[Array, " batch"] | Float[Array, "batch atoms"]:
-        """What the critics regress onto, per transition (no gradient): a
-        value, or samples of the target distribution (TQC's atoms)."""
+    def critic_update(
+        self,
+        state: SACState,
+        sample: Sample,
+        obs: Shaped[Array, "batch ..."],
+        action: Float[Array, "batch action_dim"],
+        *,
+        key: PRNGKeyArray,
+    ) -> CriticStep:
+        """One optimizer step of the critics on the minibatch `sample`
+        (`obs` preprocessed, `action` in `[-1, 1]`)."""
 
-    @property
     @abc.abstractmethod
-    def critic_losses(self) -> Callable[[Array, Array], Array] | None:
-        """The per-transition critic loss of the critics' outputs `q`
-        (`[batch, n_critics, ...]`) against `td_target`'s `y`, or `None` for
-        the squared error summed over the critics."""
+    def critic_values(
+        self,
+        critics: QCritic | BatchNormQCritic,
+        critic_state: eqx.nn.State | None,
+        obs: Shaped[Array, "batch ..."],
+        action: Float[Array, "batch action_dim"],
+    ) -> Float[Array, "batch n_critics ..."]:
+        """The critics' outputs at the actor's actions, for the actor's loss."""
 
     @abc.abstractmethod
     def policy_value(
@@ -109,7 +130,9 @@ class AbstractSoftActorCritic(AbstractContinuousAgent[SACState]):
         """Per-transition TD errors: new priorities for prioritised replay."""
 
     def __check_init__(self):
-        check_positive(self, "n_critics", "alpha_init", "sde_sample_freq")
+        check_positive(
+            self, "n_critics", "alpha_init", "sde_sample_freq", "policy_delay"
+        )
         low, high = self.log_std_bounds
         if not low < high:
             raise ValueError(
@@ -142,15 +165,16 @@ class AbstractSoftActorCritic(AbstractContinuousAgent[SACState]):
                 torso=self.torso,
                 key=k_actor,
             )
-        critics = self.make_critics(shape, dim, key=k_critic)
+        critics, critic_state = self.make_critics(shape, dim, key=k_critic)
         log_alpha = jnp.log(jnp.asarray(self.alpha_init, jnp.float32))
         actor_opt = self.optimizer().init(eqx.filter(actor, eqx.is_inexact_array))
         critic_opt = self.optimizer().init(eqx.filter(critics, eqx.is_inexact_array))
         alpha_opt = self._alpha_optimizer().init(log_alpha)
         zero = jnp.array(0, jnp.int32)
-        return SACState(
+        state = SACState(
             actor=actor,
             critics=critics,
+            critic_state=critic_state,
             target=critics,
             log_alpha=log_alpha,
             actor_opt=actor_opt,
@@ -162,6 +186,8 @@ class AbstractSoftActorCritic(AbstractContinuousAgent[SACState]):
             obs_stats=self.initial_obs_stats(obs_space),
             action_space=space,
         )
+        # What the target tracks: the critics, or nothing without a target.
+        return eqx.tree_at(lambda s: s.target, state, self.online(state))
 
     def _alpha_optimizer(self):
         return adam_optimizer(self.alpha_learning_rate, self.max_grad_norm)
@@ -211,55 +237,61 @@ class AbstractSoftActorCritic(AbstractContinuousAgent[SACState]):
         action = unscale_action(state.action_space, batch.action)
         alpha = jnp.exp(state.log_alpha)
         k_next, k_new = jr.split(key)
-        y = self.td_target(state, sample, key=k_next)
-
-        critics, critic_opt, c_loss, q = update_critics(
-            state.critics,
-            state.critic_opt,
-            self.optimizer(),
-            obs,
-            action,
-            y,
-            sample.weights,
-            losses=self.critic_losses,
+        critics, critic_opt, critic_state, c_loss, q, y = self.critic_update(
+            state, sample, obs, action, key=k_next
         )
 
         def actor_loss(actor):
             new_action, log_prob = self._sample_actions(actor, obs, k_new)
-            q_new = jax.vmap(lambda o, a: ensemble_q(critics, o, a))(obs, new_action)
+            q_new = self.critic_values(critics, critic_state, obs, new_action)
             loss = jnp.mean(alpha * log_prob - self.policy_value(q_new))
             return loss, log_prob
 
-        (a_loss, log_prob), grads = eqx.filter_value_and_grad(actor_loss, has_aux=True)(
-            state.actor
-        )
-        params = eqx.filter(state.actor, eqx.is_inexact_array)
-        updates, actor_opt = self.optimizer().update(grads, state.actor_opt, params)
-        actor = eqx.apply_updates(state.actor, updates)
+        def update_actor(carry):
+            actor, actor_opt, log_alpha, alpha_opt = carry
+            (a_loss, log_prob), grads = eqx.filter_value_and_grad(
+                actor_loss, has_aux=True
+            )(actor)
+            params = eqx.filter(actor, eqx.is_inexact_array)
+            updates, actor_opt = self.optimizer().update(grads, actor_opt, params)
+            actor = eqx.apply_updates(actor, updates)
+            target_entropy = -self.target_entropy_scale * action.shape[-1]
+            entropy = -jnp.mean(log_prob)
+            if self.learn_alpha:
+                # d/d(log alpha) of -log_alpha * (log_prob + target): positive
+                # when the entropy is above target, so alpha shrinks, and
+                # conversely.
+                grad = jax.lax.stop_gradient(entropy - target_entropy)
+                updates, alpha_opt = self._alpha_optimizer().update(
+                    grad, alpha_opt, log_alpha
+                )
+                log_alpha = cast(Array, optax.apply_updates(log_alpha, updates))
+            return (actor, actor_opt, log_alpha, alpha_opt), (a_loss, entropy)
 
-        log_alpha, alpha_opt = state.log_alpha, state.alpha_opt
-        target_entropy = -self.target_entropy_scale * action.shape[-1]
-        entropy = -jnp.mean(log_prob)
-        if self.learn_alpha:
-            # d/d(log alpha) of -log_alpha * (log_prob + target): positive when
-            # the entropy is above target, so alpha shrinks, and conversely.
-            grad = jax.lax.stop_gradient(entropy - target_entropy)
-            updates, alpha_opt = self._alpha_optimizer().update(
-                grad, state.alpha_opt, log_alpha
-            )
-            log_alpha = cast(Array, optax.apply_updates(log_alpha, updates))
+        def keep(carry):
+            return carry, (jnp.zeros(()), jnp.zeros(()))
+
+        carry = (state.actor, state.actor_opt, state.log_alpha, state.alpha_opt)
+        if self.policy_delay == 1:
+            carry, (a_loss, entropy) = update_actor(carry)
+        else:  # as TD3 counts: the actor's first step is the delay-th
+            delayed = (state.step + 1) % self.policy_delay == 0
+            carry, (a_loss, entropy) = jax.lax.cond(delayed, update_actor, keep, carry)
+        actor, actor_opt, log_alpha, alpha_opt = carry
 
         state = eqx.tree_at(
             lambda s: (
                 s.actor,
                 s.critics,
+                s.critic_state,
                 s.log_alpha,
                 s.actor_opt,
                 s.critic_opt,
                 s.alpha_opt,
             ),
             state,
-            (actor, critics, log_alpha, actor_opt, critic_opt, alpha_opt),
+            (actor, critics, critic_state, log_alpha, actor_opt, critic_opt, alpha_opt),
+            is_leaf=lambda x: x is None,
         )
         td = self.priorities(q, y)
         metrics = {
@@ -306,8 +338,8 @@ class SAC(AbstractSoftActorCritic):
 
     def make_critics(
         self, obs_shape: tuple[int, ...], action_dim: int, *, key: PRNGKeyArray
-    ) -> QCritic:
-        return q_ensemble(
+    ) -> tuple[QCritic, None]:
+        critics = q_ensemble(
             self.n_critics,
             obs_shape,
             action_dim,
@@ -316,6 +348,7 @@ class SAC(AbstractSoftActorCritic):
             torso=self.torso,
             key=key,
         )
+        return critics, None
 
     def td_target(
         self, state: SACState, sample: Sample, *, key: PRNGKeyArray
@@ -333,9 +366,23 @@ class SAC(AbstractSoftActorCritic):
         y = batch.reward + sample.discount * (1.0 - batch.terminated) * soft
         return jax.lax.stop_gradient(y)
 
-    @property
-    def critic_losses(self) -> None:
-        return None
+    def critic_update(self, state, sample, obs, action, *, key) -> CriticStep:
+        """The squared error to `td_target`."""
+        y = self.td_target(state, sample, key=key)
+        critics, opt, loss, q = update_critics(
+            cast(QCritic, state.critics),
+            state.critic_opt,
+            self.optimizer(),
+            obs,
+            action,
+            y,
+            sample.weights,
+        )
+        return critics, opt, None, loss, q, y
+
+    def critic_values(self, critics, critic_state, obs, action) -> Array:
+        critics = cast(QCritic, critics)
+        return jax.vmap(lambda o, a: ensemble_q(critics, o, a))(obs, action)
 
     def policy_value(
         self, q: Float[Array, "batch n_critics"]
@@ -350,7 +397,7 @@ class SAC(AbstractSoftActorCritic):
         return jnp.mean(jnp.abs(q - y[:, None]), axis=1)
 
     def online(self, state: SACState) -> QCritic:
-        return state.critics
+        return cast(QCritic, state.critics)
 
     def schedule_metrics(self, state: SACState) -> Metrics:
         return {}

@@ -1,7 +1,7 @@
 """TQC: truncated quantile critics (Kuznetsov et al., 2020)."""
 
 from collections.abc import Callable
-from typing import final
+from typing import cast, final
 
 import equinox as eqx
 import jax
@@ -11,8 +11,9 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from ._agent import Metrics, check_positive, register
 from ._memory import Sample
 from ._networks import QCritic, ensemble_q, q_ensemble
+from ._off_policy import update_critics
 from ._qrdqn import quantile_huber_loss
-from ._sac import AbstractSoftActorCritic, SACState
+from ._sac import AbstractSoftActorCritic, CriticStep, SACState
 
 
 def truncated_atoms(
@@ -68,8 +69,8 @@ class TQC(AbstractSoftActorCritic):
 
     def make_critics(
         self, obs_shape: tuple[int, ...], action_dim: int, *, key: PRNGKeyArray
-    ) -> QCritic:
-        return q_ensemble(
+    ) -> tuple[QCritic, None]:
+        critics = q_ensemble(
             self.n_critics,
             obs_shape,
             action_dim,
@@ -79,6 +80,7 @@ class TQC(AbstractSoftActorCritic):
             quantiles=self.n_quantiles,
             key=key,
         )
+        return critics, None
 
     def td_target(
         self, state: SACState, sample: Sample, *, key: PRNGKeyArray
@@ -100,8 +102,30 @@ class TQC(AbstractSoftActorCritic):
         y = batch.reward[:, None] + discount[:, None] * soft
         return jax.lax.stop_gradient(y)
 
+    def critic_update(self, state, sample, obs, action, *, key) -> CriticStep:
+        """Every critic's quantile Huber loss to `td_target`'s atoms."""
+        y = self.td_target(state, sample, key=key)
+        critics, opt, loss, q = update_critics(
+            cast(QCritic, state.critics),
+            state.critic_opt,
+            self.optimizer(),
+            obs,
+            action,
+            y,
+            sample.weights,
+            losses=self.critic_losses,
+        )
+        return critics, opt, None, loss, q, y
+
+    def critic_values(self, critics, critic_state, obs, action) -> Array:
+        critics = cast(QCritic, critics)
+        return jax.vmap(lambda o, a: ensemble_q(critics, o, a))(obs, action)
+
     @property
     def critic_losses(self) -> Callable[[Array, Array], Array]:
+        """The per-transition loss of the critics' quantiles `q`
+        (`[batch, n_critics, n_quantiles]`) against the atoms `y`."""
+
         def losses(
             q: Float[Array, "batch n_critics n_quantiles"],
             y: Float[Array, "batch atoms"],
@@ -126,7 +150,7 @@ class TQC(AbstractSoftActorCritic):
         return jnp.abs(jnp.mean(q, axis=(1, 2)) - jnp.mean(y, axis=1))
 
     def online(self, state: SACState) -> QCritic:
-        return state.critics
+        return cast(QCritic, state.critics)
 
     def schedule_metrics(self, state: SACState) -> Metrics:
         return {}
