@@ -49,6 +49,21 @@ def _persistent_cache_stays_as_it_was():
         compilation_cache.reset_cache()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _compiled_programs_go_with_their_module():
+    """Drop JAX's compiled programs after each test module. XLA's CPU backend
+    maps each executable's code into memory (hundreds of mappings a training
+    program); one process that kept the whole suite's passed Linux's default
+    limit of 65530 mappings (`vm.max_map_count`) and XLA crashed compiling the
+    next one. A module's programs are shared through its own fixtures, so
+    nothing later needs them."""
+    yield
+    import gc
+
+    jax.clear_caches()
+    gc.collect()
+
+
 @pytest.fixture(scope="session")
 def code_facts():
     """`benchmarks/code_facts.py` (a script, not a package), loaded once."""
