@@ -1,8 +1,11 @@
-"""One slower learning test per agent family, with the tuned configs users get.
+"""One slower learning test per agent, with the tuned configs users get.
 
 Each trains one seed with the hyperparameters of `experiments/configs/<agent>.yaml`
 and asserts the mean greedy return over 64 episodes reaches the pair's target in
-the one targets file (`experiments.targets`, `benchmarks/targets.yaml`).
+the one targets file (`experiments.targets`, `benchmarks/targets.yaml`). Each
+agent's cheapest tuned pair; the dearer ones (MountainCarContinuous, MinAtar)
+are held to their targets by the benchmark table (`benchmarks/table.py`), over
+8 seeds and 24 held out, not here.
 """
 
 import jax.random as jr
@@ -17,31 +20,23 @@ from experiments.configs import tuned
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("agent_name", "env_name", "steps"),
+    ("agent_name", "env_name"),
     [
-        ("ppo", "CartPole-v1", None),
-        ("c51", "CartPole-v1", None),
-        ("qrdqn", "CartPole-v1", None),
-        ("iqn", "CartPole-v1", None),
-        ("rainbow", "CartPole-v1", None),
-        ("pqn", "CartPole-v1", None),
-        ("a2c", "CartPole-v1", None),
-        ("sac", "Pendulum-v1", None),
-        ("tqc", "Pendulum-v1", None),
-        ("crossq", "Pendulum-v1", None),
-        # gSDE: white noise never left the valley.
-        ("sac", "MountainCarContinuous-v0", None),
-        # State-dependent noise and a slow rate: every seed at the goal.
-        ("td3", "MountainCarContinuous-v0", None),
-        ("ddpg", "MountainCarContinuous-v0", None),
-        ("td3", "Pendulum-v1", None),
-        ("ddpg", "Pendulum-v1", None),
-        # Sticky actions, 2M of the block's 5M steps: past the old block's
-        # plateau at 6, at the target (75 % of the MinAtar paper's DQN).
-        ("ppo", "Breakout-MinAtar", 2_000_000),
+        ("ppo", "CartPole-v1"),
+        ("c51", "CartPole-v1"),
+        ("qrdqn", "CartPole-v1"),
+        ("iqn", "CartPole-v1"),
+        ("rainbow", "CartPole-v1"),
+        ("pqn", "CartPole-v1"),
+        ("a2c", "CartPole-v1"),
+        ("sac", "Pendulum-v1"),
+        ("tqc", "Pendulum-v1"),
+        ("crossq", "Pendulum-v1"),
+        ("td3", "Pendulum-v1"),
+        ("ddpg", "Pendulum-v1"),
     ],
 )
-def test_agent_reaches_target_return(agent_name, env_name, steps):
+def test_agent_reaches_target_return(agent_name, env_name):
     target = targets.target(agent_name, env_name)
     assert target is not None, f"no target for {agent_name} on {env_name}"
     threshold = target.value
@@ -52,7 +47,7 @@ def test_agent_reaches_target_return(agent_name, env_name, steps):
         agent,
         envs.make(env_name, **block.get("env_params", {})),
         key=jr.PRNGKey(0),
-        total_steps=steps or block["total_steps"],
+        total_steps=block["total_steps"],
         num_envs=block["num_envs"],
         eval_episodes=64,
     )
