@@ -35,7 +35,7 @@ progress line yet (`startup`), else `chunk`. It then checks:
   or says in one line that the folder has none (killed before its first).
 
 Prints one line per kill and a summary (a JSON object with `--json`). Exits 1 on
-any failure. The quick version (10 kills) runs in the test suite.
+any failure. The quick version (one kill at each moment) runs in the test suite.
 """
 
 import argparse

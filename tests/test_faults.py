@@ -525,7 +525,10 @@ def test_the_memory_estimate_counts_members_times_seeds():
 # SIGKILL at random moments.
 
 
-def test_a_run_killed_ten_times_ends_as_the_one_never_killed(tmp_path):
+def test_a_run_killed_at_each_moment_ends_as_the_one_never_killed(tmp_path):
+    """SIGKILL once at each of the soak's moments (start-up, a chunk, a
+    checkpoint's write, a record's write); `python benchmarks/soak.py` kills 100
+    times."""
     spec = importlib.util.spec_from_file_location(
         "soak", ROOT / "benchmarks" / "soak.py"
     )
@@ -535,8 +538,9 @@ def test_a_run_killed_ten_times_ends_as_the_one_never_killed(tmp_path):
     import random
 
     lines: list[str] = []
-    result = soak.soak("dqn", 10, tmp_path, random.Random(0), log=lines.append)
-    assert result["kills"] == 10, lines
+    kills = len(soak.MOMENTS)
+    result = soak.soak("dqn", kills, tmp_path, random.Random(0), log=lines.append)
+    assert result["kills"] == kills, lines
     assert result["identical_final_state"] and result["identical_metrics"], result
     assert result["records"].get("RUNNING", 0) == 0, result
     assert result["records"]["COMPLETED"] == 1, result
