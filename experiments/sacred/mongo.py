@@ -82,30 +82,12 @@ class _Observer(MongoObserver):
                 out.append([name, put_source(self.fs, path, f.read())])
         return out
 
-    # Sacred's `save` waits out the server selection timeout (TIMEOUT_S, in which
-    # pymongo keeps looking for the server) and carries on when the server is
-    # away; its `final_save` tries ten times, a second apart: 40 s at the end of a
-    # run whose server went away. Ours tries twice, once when a save already
-    # found the server away; the file record beside it holds the run either way.
-    equizoo_unreachable: bool = False
-
-    def save(self):
-        import bson.errors
-        import pymongo.errors
-
-        entry = self.run_entry
-        assert isinstance(entry, dict)  # set by `started_event` before this
-        try:
-            self.runs.update_one({"_id": entry["_id"]}, {"$set": entry})
-        except pymongo.errors.AutoReconnect:
-            self.equizoo_unreachable = True
-            return
-        except bson.errors.InvalidDocument:
-            return super().save()  # raises Sacred's error for it
-        self.equizoo_unreachable = False
-
+    # Sacred's `final_save` tries ten times, a second apart, each try waiting out
+    # the server selection timeout (TIMEOUT_S, in which pymongo keeps looking for
+    # the server): 40 s at the end of a run whose server went away. Two tries
+    # cover a blip; the file record beside it holds the run either way.
     def final_save(self, attempts):
-        return super().final_save(1 if self.equizoo_unreachable else min(attempts, 2))
+        return super().final_save(min(attempts, 2))
 
     # The run is over after any of these: let go of the client (and its sockets).
     def completed_event(self, *args, **kwargs):
