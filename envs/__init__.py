@@ -11,6 +11,10 @@ from ._env import (
     AbstractTransparentWrapper as AbstractTransparentWrapper,
     AbstractWrapper as AbstractWrapper,
 )
+from ._gymnasium import (
+    gymnasium_space as gymnasium_space,
+    to_gymnasium as to_gymnasium,
+)
 from ._gymnax import GymnaxEnv as GymnaxEnv
 from ._mujoco import (
     MUJOCO_TASKS as MUJOCO_TASKS,

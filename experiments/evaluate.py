@@ -6,11 +6,14 @@
     python -m experiments.evaluate with run=runs/3 seed=2 episodes=32
     python -m experiments.evaluate with agent=ppo env=CartPole-v1   # pretrained
     python -m experiments.evaluate with agent=ppo env=CartPole-v1 video=True
+    python -m experiments.evaluate with run=runs/3 gymnasium=CartPole-v1
 
 Reports the mean, std, min and every episode's return; records go where training
 records go (`runs/`, `-F DIR`, `-m` MongoDB, `-u` none). With `video=True` the
 first `video_episodes` episodes are drawn to a GIF (and an MP4 when imageio's
 ffmpeg is installed), an artifact of the record (`videos/` when unobserved).
+With `gymnasium=ID` the agent plays `gymnasium.make(ID)`, Gymnasium's own env,
+through `zoo.gymnasium_policy` instead of ours.
 """
 
 import time
@@ -54,6 +57,8 @@ def config():
     key = 0
     # steps after which an unfinished episode counts what it earned
     max_steps = 100_000
+    # play on Gymnasium's env of this id (e.g. "CartPole-v1"), not on ours
+    gymnasium = None
     # draw the first `video_episodes` episodes to a GIF (MP4 too with ffmpeg)
     video = False
     video_episodes = 1
@@ -91,6 +96,7 @@ def check(config: dict[str, Any]) -> dict[str, Any]:
             f"video_episodes: {config['video_episodes']} is more than the "
             f"{config['episodes']} episodes played; lower it or raise episodes"
         )
+    _check_gymnasium(config)
     run = config["run"]
     if run is not None:
         target = _from_run(config)
@@ -117,6 +123,26 @@ def check(config: dict[str, Any]) -> dict[str, Any]:
                 f"{', '.join(RENDERABLE)}"
             )
     return target
+
+
+def _check_gymnasium(config: dict[str, Any]) -> None:
+    name = config["gymnasium"]
+    if name is None:
+        return
+    if not isinstance(name, str) or not name:
+        raise EvaluateError(
+            f"gymnasium: expected a Gymnasium env id (e.g. 'CartPole-v1'), got {name!r}"
+        )
+    if config["video"]:
+        raise EvaluateError(
+            "video: films our env, not Gymnasium's; drop video=True or gymnasium"
+        )
+    import gymnasium
+
+    try:
+        gymnasium.spec(name)
+    except gymnasium.error.Error as e:
+        raise EvaluateError(f"gymnasium: {e}") from None
 
 
 def _from_run(config: dict[str, Any]) -> dict[str, Any]:
@@ -168,15 +194,21 @@ def main(_run: Any) -> float:
     import runners
 
     agent, state, env, what = _agent_of(target, config["seed"])
+    if config["gymnasium"] is not None:
+        what += f", played on Gymnasium's {config['gymnasium']}"
     name = f"{target['agent']} on {target['env']} ({what})"
-    out = runners.evaluate(
-        agent,
-        state,
-        env,
-        key=jr.PRNGKey(config["key"]),
-        num_episodes=config["episodes"],
-        max_steps=config["max_steps"],
-    )
+    if config["gymnasium"] is not None:
+        out = _on_gymnasium(agent, state, env, config)
+        target = {**target, "gymnasium": config["gymnasium"]}
+    else:
+        out = runners.evaluate(
+            agent,
+            state,
+            env,
+            key=jr.PRNGKey(config["key"]),
+            num_episodes=config["episodes"],
+            max_steps=config["max_steps"],
+        )
     returns, per_agent = _record_returns(sink, env, out, target, what)
     videos = []
     if config["video"]:
@@ -216,6 +248,29 @@ def _agent_of(target: dict[str, Any], seed: int) -> tuple[Any, Any, Any, str]:
     return agent, state, env, "pretrained"
 
 
+def _on_gymnasium(agent: Any, state: Any, env: Any, config: dict[str, Any]) -> Any:
+    """The returns of `episodes` episodes on Gymnasium's env, from
+    `reset(seed=key)`."""
+    import envs
+    import zoo
+
+    if isinstance(env, envs.AbstractMultiAgentEnv):
+        raise EvaluateError(
+            f"gymnasium: {env.name} is multi-agent; Gymnasium's envs are single-agent"
+        )
+    try:
+        policy = zoo.gymnasium_policy(agent, state)
+        return zoo.gymnasium_returns(
+            policy,
+            config["gymnasium"],
+            episodes=config["episodes"],
+            seed=config["key"],
+            max_steps=config["max_steps"],
+        )
+    except ValueError as e:
+        raise EvaluateError(f"gymnasium: {e}") from None
+
+
 def _record_returns(
     sink: Sink, env: Any, out: Any, target: dict[str, Any], what: str
 ) -> tuple[Any, dict[str, Any]]:
@@ -237,6 +292,8 @@ def _record_returns(
         sink.info["agent_returns"] = {
             a: [float(r) for r in r_a] for a, r_a in per_agent.items()
         }
+    if "gymnasium" in target:
+        sink.info["gymnasium"] = target["gymnasium"]
     sink.info.update(
         agent=target["agent"],
         env=target["env"],

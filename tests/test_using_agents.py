@@ -211,6 +211,29 @@ def test_evaluate_a_recorded_run(trained_run, capsys):
     assert np.asarray(returns).tolist() == info["returns"]
 
 
+def test_evaluate_a_recorded_run_on_gymnasium(trained_run, capsys):
+    """`gymnasium=CartPole-v1`: the run's agent plays Gymnasium's own env, the
+    returns of `zoo.gymnasium_returns` with the same seed, recorded as an
+    evaluation; an env whose observations are not the agent's is refused."""
+    runs, run_dir = trained_run
+    capsys.readouterr()
+    run = _evaluate(runs, run=str(run_dir), episodes=3, key=5, gymnasium="CartPole-v1")
+    first = capsys.readouterr().out.splitlines()[0]
+    assert ", played on Gymnasium's CartPole-v1): greedy return" in first
+    info = json.loads((runs / str(run._id) / "info.json").read_text())
+    assert info["gymnasium"] == "CartPole-v1"
+    import experiments
+
+    agent, state, _ = experiments.load_run(run_dir, seed=0)
+    policy = zoo.gymnasium_policy(agent, state)
+    want = zoo.gymnasium_returns(policy, "CartPole-v1", episodes=3, seed=5)
+    assert info["returns"] == want.tolist()
+    from experiments.evaluate import EvaluateError
+
+    with pytest.raises(EvaluateError, match=r"gymnasium: PPO acts on .* \(4,\)"):
+        _evaluate(None, run=str(run_dir), episodes=1, gymnasium="Acrobot-v1")
+
+
 def test_evaluate_pretrained(capsys):
     run = _evaluate(None, agent="ppo", env="CartPole-v1", episodes=8)
     first = capsys.readouterr().out.splitlines()[0]
@@ -234,6 +257,7 @@ def test_evaluate_bad_input(trained_run, tmp_path):
         "video": False,
         "video_episodes": 1,
         "fps": 30,
+        "gymnasium": None,
         "compilation_cache": False,
     }
     empty = tmp_path / "empty_run"
@@ -250,6 +274,12 @@ def test_evaluate_bad_input(trained_run, tmp_path):
         (
             {"run": str(run_dir), "video": True, "video_episodes": 9},
             "video_episodes: 9 is more than the 4 episodes",
+        ),
+        ({"run": str(run_dir), "gymnasium": "Nope-v9"}, "gymnasium: .*Nope"),
+        ({"run": str(run_dir), "gymnasium": 3}, "gymnasium: expected a Gymnasium"),
+        (
+            {"run": str(run_dir), "gymnasium": "CartPole-v1", "video": True},
+            "video: films our env, not Gymnasium's",
         ),
     ]
     for update, message in cases:

@@ -18,6 +18,11 @@ from ._c51 import (
 from ._crossq import CrossQ as CrossQ
 from ._ddpg import DDPG as DDPG, DDPGState as DDPGState
 from ._dqn import DQN as DQN, DQNState as DQNState
+from ._gymnasium import (
+    GymnasiumPolicy as GymnasiumPolicy,
+    gymnasium_policy as gymnasium_policy,
+    gymnasium_returns as gymnasium_returns,
+)
 from ._iqn import IQN as IQN
 from ._memory import (
     AbstractMemory as AbstractMemory,
