@@ -89,6 +89,12 @@ def _bool(value: Any) -> None:
         raise ValueError(f"expected True or False, got {value!r}")
 
 
+def _log(value: Any) -> None:
+    from experiments.record import loggers
+
+    loggers.check_installed(loggers.parse(value))
+
+
 def flag(doc: str, *, kind: Callable[..., Any] = key) -> Any:
     """A True/False key (`kind=setting`: a setting), off by default."""
     return kind(doc, default=lambda c: False, check=_bool)
@@ -266,6 +272,12 @@ class RunSpec:
         "a GIF (and MP4 with ffmpeg) of one greedy episode of the final policy "
         "(seed 0), an artifact of the record; for envs that render",
         kind=setting,
+    )
+    log: Any = setting(
+        "also record to TensorBoard and/or W&B: 'tensorboard', 'wandb' or "
+        "'tensorboard,wandb' (into the run's folder; Sacred's record is kept)",
+        default=lambda c: None,
+        check=_log,
     )
     progress: bool = setting(
         "show a progress bar (stderr)",

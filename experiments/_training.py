@@ -432,6 +432,7 @@ class _Sweep:
             _members.describe(self.members, self.programs), file=sys.stderr, flush=True
         )
         sink.info["sweep_programs"] = len(self.programs)
+        sink.members(list(self.members))
         self.bar = _record.Recorder(None, 1, progress)
         self.curves: dict[int, list[tuple[int, float]]] = {}
 

@@ -7,6 +7,7 @@
     python -m experiments.run print_config with agent=ppo env=Acrobot-v1
     python -m experiments.run -m localhost:27017:equizoo with agent=dqn   # + MongoDB
     python -m experiments.run with resume=runs/1      # continue from its checkpoint
+    python -m experiments.run with agent=ppo log=tensorboard,wandb   # + both
 
 Records go to `runs/` (a `FileStorageObserver`) unless `-F DIR` picks another
 folder; `-m` adds MongoDB (for Omniboard) and keeps the file record; `-u` records
@@ -35,6 +36,7 @@ from experiments._errors import (  # noqa: E402
 )
 from experiments._interrupt import Interrupted as Interrupted  # noqa: E402
 from experiments._load import load_state as load_state  # noqa: E402
+from experiments.record.sink import TeeSink  # noqa: E402
 from experiments.sacred import experiment as _experiment  # noqa: E402
 from experiments.sacred.sink import (  # noqa: E402
     SacredSink,
@@ -79,8 +81,31 @@ def experiment(spec: type[_spec.RunSpec] = _spec.RunSpec) -> Any:
         `TrainingError` (FAILED) on a non-finite loss or parameter, or when
         another process of a multi-process run is lost.
         """
-        sink = SacredSink(_run)
-        return _training.train(spec.from_config(config), sink, _T_START).value
+        run_spec = spec.from_config(config)
+        record = SacredSink(_run)
+        copies = []
+        if _distributed.is_main():  # the other processes of a run record nothing
+            from experiments.record import loggers
+
+            copies = loggers.open_loggers(
+                loggers.parse(run_spec.log),
+                record.run_dir,
+                record.config,
+                f"{run_spec.agent}__{run_spec.env.replace('/', '_')}__{_run._id}",
+            )
+        if not copies:
+            return _training.train(run_spec, record, _T_START).value
+        sink = TeeSink(record, copies)
+        status = "FAILED"
+        try:
+            value = _training.train(run_spec, sink, _T_START).value
+            status = "COMPLETED"
+            return value
+        except Interrupted:
+            status = "INTERRUPTED"
+            raise
+        finally:
+            sink.close(status)
 
     return ex
 

@@ -65,6 +65,84 @@ class Sink(abc.ABC):
         """The command that continues this run from its newest checkpoint."""
         return None
 
+    def members(self, members: list[dict[str, Any]]) -> None:
+        """A sweep's members, before training: member `i`'s hyperparameters are
+        `members[i]` (its series are named `member_<i>.<name>`). Nothing to do
+        by default."""
+        return None
+
+
+class TeeSink(Sink):
+    """The run's record (`record`, e.g. a `SacredSink`) and copies of it
+    (`copies`: TensorBoard, W&B; `experiments.record.loggers`): every series,
+    artifact and sweep member goes to all; the record alone has the run's id,
+    folder, checkpoints and resume command. A copy that fails is dropped with a
+    warning, and training goes on (the record keeps everything)."""
+
+    def __init__(self, record: Sink, copies: list[Any]):
+        self.record = record
+        self.copies = list(copies)
+        self.info = record.info
+        self.config = record.config
+        self.run_id = record.run_id
+
+    @property
+    def recording(self) -> bool:
+        return self.record.recording
+
+    @property
+    def run_dir(self) -> Path | None:
+        return self.record.run_dir
+
+    def _each(self, method: str, *args: Any) -> None:
+        for copy in list(self.copies):
+            try:
+                getattr(copy, method)(*args)
+            except Exception as e:
+                import warnings
+
+                self.copies.remove(copy)
+                warnings.warn(
+                    f"{type(copy).__name__} failed ({type(e).__name__}: {e}); it "
+                    "records no more of this run (the run's record keeps it all)",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+
+    def log(self, name: str, value: float, step: int) -> None:
+        self.record.log(name, value, step)
+        self._each("log", name, value, step)
+
+    def artifact(self, path: Path, name: str | None = None) -> None:
+        self.record.artifact(path, name)
+        self._each("artifact", path, name)
+
+    def members(self, members: list[dict[str, Any]]) -> None:
+        self.record.members(members)
+        self._each("members", members)
+
+    def flush(self) -> None:
+        self.record.flush()
+        self._each("flush")
+
+    def close_interrupted(self) -> None:
+        self.record.close_interrupted()
+        self._each("close_interrupted")
+
+    def close(self, status: str) -> None:
+        """End the copies with the run's `status` and `info` (the record ends
+        as its own kind does: Sacred's when `main` returns)."""
+        self._each("close", status, self.info)
+
+    def where(self) -> str:
+        return "; ".join([self.record.where()] + [c.where() for c in self.copies])
+
+    def record_error(self) -> str | None:
+        return self.record.record_error()
+
+    def resume_command(self) -> str | None:
+        return self.record.resume_command()
+
 
 class NullSink(Sink):
     """Records nothing; `info` stays with the caller."""
