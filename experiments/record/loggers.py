@@ -296,6 +296,12 @@ class WandbSink(_Logger):
         shutil.copyfile(path, target)
         run.save(str(target), base_path=run.dir, policy="now")
 
+    def close_interrupted(self) -> None:
+        # The process exits at once: W&B's service process already holds
+        # everything logged, and ends the run when this process is gone
+        # (`finish` would wait for it).
+        return None
+
     def where(self) -> str:
         run = self._runs.get(None)
         where = Path(run.dir).parent if run is not None else self.dir / "wandb"
