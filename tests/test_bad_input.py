@@ -21,6 +21,9 @@ from pathlib import Path
 
 import pytest
 
+# Command lines in subprocesses, timed (each exits before compiling).
+pytestmark = pytest.mark.serial
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # (id, `with` arguments, how the one-line message starts, what it also says).

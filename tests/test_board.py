@@ -25,6 +25,7 @@ FIGURES = ROOT / "docs" / "figures"
 TINY = ["total_steps=2000", "eval_episodes=4", "compilation_cache=False"]
 
 pytestmark = [
+    pytest.mark.serial,  # servers, a browser and Ctrl-C, with timeouts
     pytest.mark.filterwarnings("ignore:datetime.datetime.utcnow:DeprecationWarning"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning:sacred"),
 ]

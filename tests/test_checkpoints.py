@@ -398,6 +398,7 @@ def _metrics(run_dir: Path, after: int = -1) -> dict:
     return out
 
 
+@pytest.mark.serial
 def test_sigterm_checkpoints_and_marks_interrupted(cli_runs):
     runs = cli_runs["cwd"] / "runs"
     assert cli_runs["code"] == 128 + signal.SIGTERM
@@ -445,6 +446,7 @@ def test_same_config_and_seed_give_identical_runs(cli_runs):
     )
 
 
+@pytest.mark.serial
 def test_second_signal_exits_at_once_keeping_the_last_checkpoint(cli_runs):
     cwd = cli_runs["cwd"]
     err_path = cwd / "twice.err"
@@ -538,6 +540,7 @@ def test_non_finite_loss_fails_the_run_and_keeps_the_last_checkpoint(tmp_path):
 @pytest.mark.filterwarnings("ignore:datetime.datetime.utcnow:DeprecationWarning")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:mongomock")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:sacred")
+@pytest.mark.serial
 def test_mongo_failing_mid_run_does_not_stop_training(
     tmp_path, monkeypatch, mongo_client
 ):
@@ -583,6 +586,7 @@ def test_mongo_failing_mid_run_does_not_stop_training(
     assert doc is not None and doc["status"] == "RUNNING"  # as the server last saw
 
 
+@pytest.mark.serial
 def test_unreachable_mongo_fails_fast(tmp_path):
     t = time.monotonic()
     out = _cli(

@@ -124,6 +124,7 @@ def _runs(folder: Path) -> list[dict]:
     ]
 
 
+@pytest.mark.serial
 def test_grid_of_four_trials_on_two_local_workers(workdir, capsys):
     folder = workdir / "grid"
     argv = ["--folder", str(folder), "--workers", "2", "--executor", "local"]
@@ -156,6 +157,7 @@ def test_grid_of_four_trials_on_two_local_workers(workdir, capsys):
         sweep.main([*argv, "with", *TINY, "grid.seed=[0,1]"])
 
 
+@pytest.mark.serial
 def test_optuna_study_of_six_trials_across_two_workers(workdir, capsys):
     """Given no num_seeds, a search's trials train 4 seeds; Optuna's value of a
     trial is the IQM of its seeds' recorded final returns (the run's result
@@ -205,6 +207,7 @@ def test_optuna_study_of_six_trials_across_two_workers(workdir, capsys):
     assert str(folder / "best.json") in out.out
 
 
+@pytest.mark.serial
 def test_a_killed_search_resumes_its_trial_when_relaunched(workdir):
     """The launcher and its worker are killed once the first trial has written a
     checkpoint; launched again, that trial continues from its checkpoint (its

@@ -145,6 +145,7 @@ def _returns(run_dir: Path) -> dict[str, list[float]]:
     }
 
 
+@pytest.mark.serial
 def test_two_processes_train_as_one_and_resume_after_a_lost_peer(tmp_path, monkeypatch):
     """Two processes x 2 devices train 8 seeds: process 1 is killed after the
     first checkpoint, process 0 stops with a clear error; the pair resumes from

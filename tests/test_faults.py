@@ -417,6 +417,7 @@ def test_mongo_documents_of_dead_processes_are_marked_interrupted(tmp_path, capf
     assert "MongoDB run 2: left RUNNING by a process that is gone (no heartbeat" in err
 
 
+@pytest.mark.serial
 def test_the_next_run_marks_a_killed_run_in_its_folder(finished, tmp_path, capfd):
     import subprocess
     import sys
@@ -525,6 +526,7 @@ def test_the_memory_estimate_counts_members_times_seeds():
 # SIGKILL at random moments.
 
 
+@pytest.mark.serial
 def test_a_run_killed_at_each_moment_ends_as_the_one_never_killed(tmp_path):
     """SIGKILL once at each of the soak's moments (start-up, a chunk, a
     checkpoint's write, a record's write); `python benchmarks/soak.py` kills 100

@@ -145,6 +145,7 @@ def test_mongo_resume(tmp_path, monkeypatch, mongo):
     assert mongo.db.runs.find_one({"_id": first._id})["status"] == "COMPLETED"
 
 
+@pytest.mark.serial
 def test_real_server_killed_mid_run_and_down_at_start(tmp_path, monkeypatch):
     """The server is killed (SIGKILL) while a run trains: the run completes and
     its file record holds everything. Then, with the server down, `-m` fails at
@@ -184,6 +185,7 @@ def test_real_server_killed_mid_run_and_down_at_start(tmp_path, monkeypatch):
     assert message.startswith(f"-m {spec}: cannot reach MongoDB at {server.address}")
 
 
+@pytest.mark.serial
 def test_server_on_a_port_in_use_says_so(tmp_path, mongo_server):
     with pytest.raises(ConfigError, match="did not start") as info:
         LocalServer(tmp_path / "data", port=mongo_server.port).start()

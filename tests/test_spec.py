@@ -48,7 +48,7 @@ def noted():
 def test_every_key_is_a_field_with_a_doc_and_a_default():
     names = [k.name for k in KEYS]
     assert names == [f.name for f in dataclasses.fields(RunSpec)]
-    assert len(names) == len(set(names)) == 25
+    assert len(names) == len(set(names)) == 26
     assert all(k.doc and callable(k.default) for k in KEYS)
     assert [k.name for k in keys_of(WithNote)] == [*names, "note"]
 
