@@ -7,6 +7,7 @@ command); the tests fail, saying so, where they are missing."""
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -243,6 +244,76 @@ def test_missing_omniboard_names_the_install(monkeypatch):
     )
     with pytest.raises(ConfigError, match="npm install omniboard"):
         board.find_omniboard()
+
+
+def test_the_board_installs_omniboard_once_where_there_is_none(
+    recorded, tmp_path, monkeypatch, capfd
+):
+    """A fresh clone (no `node_modules`), no `omniboard` on PATH, Node.js and npm
+    present: the board installs Omniboard into the per-user cache, saying so on
+    one line, and it serves; the next use finds that install and says nothing.
+    (npm takes the packages from its cache when `.ci/browser` filled it.)"""
+    _, spec, _ = recorded
+    monkeypatch.setattr(board, "ROOT", tmp_path / "clone")
+    cache = tmp_path / "cache" / "omniboard"
+    monkeypatch.setenv("EQUIZOO_OMNIBOARD_DIR", str(cache))
+    which = shutil.which
+    monkeypatch.setattr(
+        board.shutil, "which", lambda name: None if name == "omniboard" else which(name)
+    )
+    command = board.find_omniboard(install=True)
+    assert command[-1] == str(cache / "node_modules/omniboard/dist/start.js")
+    said = capfd.readouterr().err.split("\r")[-1].strip()
+    assert re.fullmatch(
+        rf"Installing Omniboard {board.OMNIBOARD_VERSION} into {cache} with npm "
+        r"\(once\) \.\.\. done in \d+ s",
+        said,
+    ), said
+    assert [p.name for p in cache.parent.iterdir()] == ["omniboard"]  # no leftovers
+    port = _free_port()
+    process = board.start_omniboard(command, spec, port, tmp_path / "omniboard.log")
+    try:
+        assert _get(f"http://127.0.0.1:{port}/sacred/api/v1/Runs/count")["count"] > 0
+    finally:
+        board.stop(process)
+    assert board.find_omniboard(install=True) == command
+    assert capfd.readouterr().err == ""
+
+
+def test_the_board_refuses_in_one_line_when_omniboard_cannot_be_installed(
+    tmp_path, monkeypatch, capfd
+):
+    """npm missing, or npm unable to reach a registry (an empty npm cache and a
+    registry that refuses): one line with the manual command, nothing left in
+    the cache folder."""
+    monkeypatch.setattr(board, "ROOT", tmp_path / "clone")
+    cache = tmp_path / "cache" / "omniboard"
+    monkeypatch.setenv("EQUIZOO_OMNIBOARD_DIR", str(cache))
+    which = shutil.which
+    monkeypatch.setattr(
+        board.shutil,
+        "which",
+        lambda name: None if name in ("omniboard", "npm") else which(name),
+    )
+    manual = f"npm install --prefix {cache} omniboard@{board.OMNIBOARD_VERSION}"
+    with pytest.raises(ConfigError, match=r"npm \(which would install it\) is not"):
+        board.find_omniboard(install=True)
+    monkeypatch.setattr(
+        board.shutil, "which", lambda name: None if name == "omniboard" else which(name)
+    )
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        registry = f"http://127.0.0.1:{closed.getsockname()[1]}/"
+    monkeypatch.setenv("npm_config_registry", registry)
+    monkeypatch.setenv("npm_config_cache", str(tmp_path / "empty-npm-cache"))
+    with pytest.raises(ConfigError) as refused:
+        board.find_omniboard(install=True)
+    message = str(refused.value)
+    assert message.startswith("could not install Omniboard (") and "\n" not in message
+    assert message.endswith(f"install it yourself: {manual}")
+    assert "ECONNREFUSED" in message, message
+    assert not cache.exists() and list(cache.parent.iterdir()) == []
+    assert capfd.readouterr().err.rstrip().endswith("... failed")
 
 
 def test_board_imports_serves_and_stops_on_ctrl_c(recorded, tmp_path):

@@ -10,9 +10,10 @@ address. Ctrl-C stops both. Run it again later to import the runs recorded since
 runs already in the database (imported before, or recorded there with `-m`) are
 not imported twice.
 
-Needs the `board` extra (`pip install -e '.[board]'`: pymongo and secantusdb),
-Node.js, and Omniboard (`npm install omniboard` in the repository, or
-`npm install -g omniboard`). See docs/omniboard.md.
+Needs the `board` extra (`pip install -e '.[board]'`: pymongo and secantusdb)
+and Node.js with npm. Omniboard is found in the repository's `node_modules`, a
+per-user install (`~/.cache/equizoo/omniboard`) or on `PATH`; where there is
+none, the first use installs it there with npm (once). See docs/omniboard.md.
 """
 
 import argparse
@@ -176,25 +177,151 @@ def import_records(runs: Path, db: Any) -> tuple[list[int], int, list[str]]:
 # -- the processes --------------------------------------------------------------
 
 
-def find_omniboard() -> list[str]:
-    """The command that starts Omniboard through Node.js, loopback-bound.
+OMNIBOARD_VERSION = "2.16.1"
+"""The Omniboard the board installs when none is found (the one it is tested with)."""
 
-    **Raises:** `ConfigError` naming what to install if Node.js or Omniboard is
-    missing.
+
+def omniboard_cache() -> Path:
+    """Where the board installs Omniboard when none is found:
+    `$EQUIZOO_OMNIBOARD_DIR`, else `~/.cache/equizoo/omniboard` (under
+    `$XDG_CACHE_HOME` when set)."""
+    if os.environ.get("EQUIZOO_OMNIBOARD_DIR"):
+        return Path(os.environ["EQUIZOO_OMNIBOARD_DIR"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "equizoo" / "omniboard"
+
+
+def _start_js(prefix: Path) -> Path:
+    return prefix / "node_modules" / "omniboard" / "dist" / "start.js"
+
+
+def find_omniboard(install: bool = False) -> list[str]:
+    """The command that starts Omniboard through Node.js, loopback-bound: the
+    repository's `node_modules`, the per-user install (`omniboard_cache()`), or
+    an `omniboard` on `PATH`; with `install`, none found, it installs Omniboard
+    into the per-user cache with npm first (`install_omniboard`).
+
+    **Raises:** `ConfigError` naming what to install if Node.js is missing, or
+    Omniboard is and cannot be installed.
     """
     node = shutil.which("node")
     if node is None:
         raise ConfigError(
             f"Omniboard needs Node.js, which is not installed: {NODE_INSTALL}"
         )
-    candidates = [ROOT / "node_modules" / "omniboard" / "dist" / "start.js"]
+    candidates = [_start_js(ROOT), _start_js(omniboard_cache())]
     on_path = shutil.which("omniboard")
     if on_path is not None:
         candidates.append(Path(on_path).resolve())
     for start in candidates:
         if start.is_file():
             return [node, "-r", str(LOOPBACK_JS), str(start)]
-    raise ConfigError(f"Omniboard is not installed: {OMNIBOARD_INSTALL}")
+    if not install:
+        raise ConfigError(f"Omniboard is not installed: {OMNIBOARD_INSTALL}")
+    start = install_omniboard(omniboard_cache())
+    return [node, "-r", str(LOOPBACK_JS), str(start)]
+
+
+def install_omniboard(prefix: Path, timeout_s: float = 600.0) -> Path:
+    """Install Omniboard `OMNIBOARD_VERSION` with npm into `prefix` (a folder of
+    its own, made whole or not at all: npm installs into a temporary folder
+    beside it, renamed when complete), saying so on one line on stderr with
+    the seconds elapsed. npm reuses its cache (`--prefer-offline`).
+
+    **Returns:** Omniboard's `start.js`.
+
+    **Raises:** `ConfigError` in one line with the manual command when npm is
+    missing, or fails (offline, no registry), or takes over `timeout_s`.
+    """
+    manual = f"npm install --prefix {prefix} omniboard@{OMNIBOARD_VERSION}"
+    npm = shutil.which("npm")
+    if npm is None:
+        raise ConfigError(
+            f"Omniboard is not installed, and npm (which would install it) is not "
+            f"either: {NODE_INSTALL}; then {manual}"
+        )
+    import tempfile
+    import threading
+
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".omniboard-", dir=prefix.parent))
+    command = [
+        npm,
+        "install",
+        "--prefix",
+        str(tmp),
+        "--no-audit",
+        "--no-fund",
+        "--prefer-offline",
+        "--loglevel=error",
+        "--fetch-retries=1",
+        "--fetch-retry-mintimeout=2000",
+        "--fetch-retry-maxtimeout=10000",
+        f"omniboard@{OMNIBOARD_VERSION}",
+    ]
+    what = f"Installing Omniboard {OMNIBOARD_VERSION} into {prefix} with npm (once)"
+    done = threading.Event()
+    t0 = time.monotonic()
+
+    def show() -> None:  # the one line, with the seconds elapsed
+        while not done.wait(1.0):
+            print(
+                f"\r{what} ... {time.monotonic() - t0:.0f} s",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    print(f"{what} ...", end="", file=sys.stderr, flush=True)
+    ticker = threading.Thread(target=show, daemon=True)
+    ticker.start()
+    try:
+        out = subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+        failed = None if out.returncode == 0 else _npm_error(out.stderr)
+    except subprocess.TimeoutExpired:
+        failed = f"npm took over {timeout_s:.0f} s"
+    finally:
+        done.set()
+        ticker.join()
+    start = _start_js(tmp)
+    if failed is None and not start.is_file():
+        failed = "npm finished, but Omniboard's start.js is not where it should be"
+    if failed is not None:
+        print(f"\r{what} ... failed", file=sys.stderr, flush=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ConfigError(
+            f"could not install Omniboard ({failed}); install it yourself: {manual}"
+        )
+    try:
+        tmp.rename(prefix)
+    except OSError:  # another board installed it meanwhile (or a stale folder)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not _start_js(prefix).is_file():
+            raise ConfigError(
+                f"could not install Omniboard: {prefix} exists without it; remove "
+                f"it and run again, or: {manual}"
+            ) from None
+    print(
+        f"\r{what} ... done in {time.monotonic() - t0:.0f} s",
+        file=sys.stderr,
+        flush=True,
+    )
+    return _start_js(prefix)
+
+
+def _npm_error(stderr: str) -> str:
+    """npm's error in a few words: its first `npm error` line with a code."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    for line in lines:
+        if "code" in line or "ENOTFOUND" in line or "ECONNREFUSED" in line:
+            return line
+    return lines[0] if lines else "npm failed without a message"
 
 
 def port_free(port: int) -> bool:
@@ -290,7 +417,6 @@ def _check(args: argparse.Namespace) -> tuple[Path, list[str]]:
             f"--port {args.port}: already in use on 127.0.0.1; choose another "
             "(--port 9001) or stop what listens there"
         )
-    omniboard = find_omniboard()
     if args.mongo_db is None:
         from experiments.board import server as _mongo_server
 
@@ -299,6 +425,8 @@ def _check(args: argparse.Namespace) -> tuple[Path, list[str]]:
                 "the local MongoDB server needs secantusdb: pip install -e '.[board]' "
                 "(or give -m HOST:PORT:DB)"
             )
+    # Last: where none is found, Omniboard is installed (once, with npm).
+    omniboard = find_omniboard(install=True)
     return runs, omniboard
 
 
