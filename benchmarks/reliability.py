@@ -123,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--key", type=int, help="another key (tuning)")
     parser.add_argument("--seeds", type=int, default=24)
     parser.add_argument(
-        "--set", action="append", default=[], help="with --key: name=value over the block"
+        "--set",
+        action="append",
+        default=[],
+        help="with --key: name=value over the block",
     )
     args = parser.parse_args(argv)
     table = _table()

@@ -128,8 +128,12 @@ def _single_env_class() -> type:
                 raise RuntimeError("call reset() before step()")
             self._key, key = jr.split(self._key)
             action = np.asarray(action, dtype=self._action_dtype)
-            obs, self._state, reward, terminated, truncated = jax.device_get(
-                self._step(key, self._state, action)
+            obs, self._state, reward, terminated, truncated = self._step(
+                key, self._state, action
+            )
+            # What Gymnasium returns comes to the host; the state stays put.
+            obs, reward, terminated, truncated = jax.device_get(
+                (obs, reward, terminated, truncated)
             )
             return np.asarray(obs), float(reward), bool(terminated), bool(truncated), {}
 

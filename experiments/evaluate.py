@@ -196,10 +196,8 @@ def main(_run: Any) -> float:
     agent, state, env, what = _agent_of(target, config["seed"])
     if config["gymnasium"] is not None:
         what += f", played on Gymnasium's {config['gymnasium']}"
-    name = f"{target['agent']} on {target['env']} ({what})"
-    if config["gymnasium"] is not None:
-        out = _on_gymnasium(agent, state, env, config)
         target = {**target, "gymnasium": config["gymnasium"]}
+        out = _on_gymnasium(agent, state, env, config)
     else:
         out = runners.evaluate(
             agent,
@@ -209,6 +207,7 @@ def main(_run: Any) -> float:
             num_episodes=config["episodes"],
             max_steps=config["max_steps"],
         )
+    name = f"{target['agent']} on {target['env']} ({what})"
     returns, per_agent = _record_returns(sink, env, out, target, what)
     videos = []
     if config["video"]:

@@ -61,7 +61,6 @@ class GymnasiumPolicy:
         )
         self._carry: PyTree = None  # per env, made at the first call
         self._batch: int | None = None
-        self._act = eqx.filter_jit(_act_batch)
 
     def reset(self, mask: Any = None) -> None:
         """Start every env's carry afresh; with `mask` (a bool per env of a
@@ -75,6 +74,8 @@ class GymnasiumPolicy:
                 f"reset: expected a mask of {self._batch} bools (one per env), got "
                 f"shape {mask.shape}"
             )
+        if not mask.any():
+            return
         self._carry = _reset_where(self.agent, self._carry, jnp.asarray(mask))
 
     def __call__(self, obs: Any, first: Any = None) -> Any:
@@ -98,7 +99,7 @@ class GymnasiumPolicy:
         if batch.dtype == np.float64:  # Gymnasium's default; JAX computes float32
             batch = batch.astype(np.float32)
         self._key, key = jr.split(self._key)
-        action, self._carry = self._act(
+        action, self._carry = _act_batch(
             self.agent, self.state, self._carry, batch, key, self.greedy
         )
         action = np.asarray(action)
@@ -131,6 +132,7 @@ def _check(agent: Any, state: Any) -> None:
         )
 
 
+@eqx.filter_jit  # one program per agent and batch shape, shared by policies
 def _act_batch(agent, state, carry, obs, key, greedy):
     keys = jr.split(key, obs.shape[0])
 
