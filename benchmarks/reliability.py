@@ -65,11 +65,12 @@ def run(agent: str, env: str, key: int, seeds: int, **changes) -> dict:
     spec = dataclasses.replace(
         spec, seed=key, total_steps=steps, num_envs=envs, hp={**spec.hp, **changes}
     )
+    target = targets.target(agent, env)
+    assert target is not None and not target.on_mean  # checked by main
     t0 = time.perf_counter()
     result = experiments.train(spec).results[0]
+    total_s = time.perf_counter() - t0  # training alone, not the fingerprint
     returns = result.final_returns.mean(axis=1)
-    target = targets.target(agent, env)
-    assert target is not None and not target.on_mean
     at = int((returns >= target.value).sum())
     return {
         "key": key,
@@ -79,11 +80,13 @@ def run(agent: str, env: str, key: int, seeds: int, **changes) -> dict:
         "worst": round(float(returns.min()), 3),
         "target": target.value,
         "fingerprint": table.fingerprint(block, seeds),
-        "total_s": round(time.perf_counter() - t0, 1),
+        "total_s": round(total_s, 1),
     }
 
 
 def markdown(results: dict) -> str:
+    from experiments.configs import tuned
+
     table = _table()
     lines = [
         f"| pair | total steps | key {table.HELD_OUT_KEY} (held out) | worst "
@@ -103,8 +106,6 @@ def markdown(results: dict) -> str:
                 f"{r['worst']:.1f}",
             ]
         agent, env = name.split(":", 1)
-        from experiments.configs import tuned
-
         block = tuned(agent, env)
         assert block is not None
         steps = block["total_steps"]
@@ -131,6 +132,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     table = _table()
     pairs = [tuple(p.split(":", 1)) for p in args.only] if args.only else PAIRS
+    # Bad input stops here, before any training.
+    if args.seeds <= 0:
+        print(f"--seeds must be positive, got {args.seeds}", file=sys.stderr)
+        return 2
+    from experiments import targets
+
+    known = set(table.pairs())
+    for pair in pairs:
+        target = targets.target(*pair) if pair in known else None
+        if target is None or target.on_mean:
+            why = "no tuned block" if pair not in known else "no per-seed target"
+            print(
+                f"--only {':'.join(pair)}: {why}; pick agent:env from "
+                "benchmarks/targets.yaml with a tuned block",
+                file=sys.stderr,
+            )
+            return 2
     if args.key is not None and args.key in (table.HELD_OUT_KEY, SECOND_KEY):
         print(f"--key {args.key} is a held-out key: tune on another", file=sys.stderr)
         return 2
@@ -142,8 +160,18 @@ def main(argv: list[str] | None = None) -> int:
 
     changes = {}
     for item in args.set:
-        name, value = item.split("=", 1)
-        changes[name] = ast.literal_eval(value)
+        name, sep, value = item.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            changes[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            print(
+                f"--set {item!r}: expected name=value with a Python literal "
+                "value, e.g. --set learning_rate=1e-4",
+                file=sys.stderr,
+            )
+            return 2
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     for agent, env in pairs:
         for key in keys:
