@@ -331,8 +331,18 @@ def _train_job(
     checkpoints.append(written)
     if spec.progress and _distributed.is_main():
         print(job.announce, file=sys.stderr, flush=True)
+
+    def lost(what: str) -> None:
+        # From the watch's thread, while the main thread may be blocked on a
+        # collective that will never return: say what the main thread would
+        # have said, mark the record FAILED, and end the process.
+        error = failed(sink, runners.PeerLostError.of(what), written.last(), job.where)
+        print(f"{TrainingError.__module__}.TrainingError: {error}", file=sys.stderr)
+        sink.close_failed(str(error))
+        _interrupt.exit_now(1)
+
     try:
-        with stop:
+        with stop, _distributed.watching(lost):
             result = runners.run(
                 job.agent,
                 env,

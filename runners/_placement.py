@@ -26,11 +26,7 @@ def fetch(tree: Any, *, multi_process: bool) -> Any:
     try:
         return multihost_utils.process_allgather(tree, tiled=True)
     except jax.errors.JaxRuntimeError as e:
-        raise PeerLostError(
-            f"process {jax.process_index()} of {jax.process_count()} lost contact "
-            f"with the run's other processes ({str(e).splitlines()[0]}); every "
-            "process stops here"
-        ) from None
+        raise PeerLostError.of(str(e).splitlines()[0]) from None
 
 
 def select_devices(devices: int | Sequence[Any] | None) -> list[Any]:

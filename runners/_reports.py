@@ -91,6 +91,16 @@ class PeerLostError(RuntimeError):
     next exchange results; every process of the run stops, and the last
     checkpoint resumes it."""
 
+    @classmethod
+    def of(cls, detail: str) -> "PeerLostError":
+        """The error of this process, with `detail`: what it saw of the loss."""
+        import jax
+
+        return cls(
+            f"process {jax.process_index()} of {jax.process_count()} lost contact "
+            f"with the run's other processes ({detail}); every process stops here"
+        )
+
 
 class NonFiniteError(FloatingPointError):
     """Training produced a non-finite metric or parameter. Raised at the chunk

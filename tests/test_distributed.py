@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -92,6 +93,86 @@ def test_cluster_launchers_are_read_from_the_environment():
     assert _distributed.plan(given, slurm) == _distributed.Join(
         "10.0.0.1:99", 2, 1, "config"
     )
+
+
+class _Store:
+    """The coordinator's key-value store, as `PeerWatch` uses it."""
+
+    def __init__(self):
+        self.posts: dict[str, str] = {}
+
+    def key_value_set(self, key, value, allow_overwrite=False):
+        assert allow_overwrite or key not in self.posts
+        self.posts[key] = value
+
+    def key_value_dir_get(self, prefix):
+        return [(k, v) for k, v in self.posts.items() if k.startswith(prefix)]
+
+
+def test_a_peer_is_lost_when_it_falls_silent_while_training():
+    now = [0.0]
+    store = _Store()
+    watch = _distributed.PeerWatch(
+        store, 0, 3, lost_after_s=30, failed_after_s=10, clock=lambda: now[0]
+    )
+
+    def post(peer: int, what: str) -> None:
+        store.posts[f"equizoo/alive/{peer}"] = what
+
+    post(1, "train:1")
+    post(2, "idle:1")
+    assert watch.beat() is None
+    assert store.posts["equizoo/alive/0"] == "idle:1"
+    # Process 1 beats on; process 2 went idle (it may have ended): neither is lost.
+    for t in range(1, 60):
+        now[0] = float(t)
+        post(1, f"train:{t + 1}")
+        assert watch.beat() is None
+    # A pause of this process alone (it read nothing for 100 s) condemns nobody.
+    now[0] = 160.0
+    post(1, "train:99")
+    assert watch.beat() is None
+    now[0] = 189.0
+    assert watch.beat() is None
+    now[0] = 190.0
+    assert watch.beat() == "process 1 has given no sign of life for 30 s"
+    # A peer that left training on an error is lost after the grace.
+    post(1, "train:100")
+    post(2, "fail:2")
+    assert watch.beat() is None
+    now[0] = 199.0
+    post(1, "train:101")
+    assert watch.beat() is None
+    now[0] = 200.0
+    post(1, "train:102")
+    assert watch.beat() == "process 2 stopped training on an error; its log names it"
+
+
+def test_a_peer_that_never_posts_is_lost_and_the_watch_acts_once_inside():
+    store = _Store()
+    watch = _distributed.PeerWatch(store, 1, 2, beat_s=0.01, lost_after_s=0.2)
+    called: list[str] = []
+    done = threading.Event()
+
+    def on_lost(what: str) -> None:
+        called.append(what)
+        done.set()
+
+    watch.start()
+    try:
+        time.sleep(0.4)
+        assert not called  # outside `watching`, a lost peer is only noted
+        with watch.watching(on_lost):
+            assert done.wait(5)
+            time.sleep(0.1)
+        assert called == [called[0]]
+        assert called[0].startswith("process 0 has given no sign of life for ")
+        with pytest.raises(RuntimeError), watch.watching(on_lost):
+            assert store.posts["equizoo/alive/1"].startswith("train:")
+            raise RuntimeError("a failing chunk")
+        assert store.posts["equizoo/alive/1"].startswith("fail:")
+    finally:
+        watch.stop()
 
 
 def _free_port() -> int:
@@ -201,3 +282,30 @@ def test_two_processes_train_as_one_and_resume_after_a_lost_peer(tmp_path, monke
         assert values == alone_returns[name][: len(values)], name
     final = json.loads((resumed / "eval_returns.json").read_text())
     assert final == json.loads((single / "eval_returns.json").read_text())
+
+
+@pytest.mark.serial
+def test_a_frozen_peer_stops_the_run_with_a_clear_error(tmp_path):
+    """Process 1 is frozen (SIGSTOP) after the first checkpoint: its sockets stay
+    open, so no collective fails, and process 0 waits on one until its watch
+    finds process 1 silent; it stops with the lost-peer error, the record FAILED."""
+    first = tmp_path / "runs" / "1" / "checkpoints" / "8192" / "state.eqx"
+    zero, one = _pair(tmp_path, *RUN)
+    try:
+        deadline = time.monotonic() + 300
+        while not first.exists() and zero.poll() is None:
+            assert time.monotonic() < deadline, _log(tmp_path, 0)[-3000:]
+            time.sleep(0.05)
+        one.send_signal(signal.SIGSTOP)
+        code = zero.wait(_distributed.LOST_AFTER_S + 60)
+    finally:
+        one.kill()
+        _wait([zero, one])
+    log = _log(tmp_path, 0)
+    assert code == 1, log[-3000:]
+    said = "process 0 of 2 lost contact with the run's other processes (process 1 "
+    assert f"{said}has given no sign of life for " in log, log[-3000:]
+    assert "Resume with, on every process" in log
+    record = json.loads((tmp_path / "runs" / "1" / "run.json").read_text())
+    assert record["status"] == "FAILED"
+    assert record["fail_trace"][0].startswith(said), record["fail_trace"]

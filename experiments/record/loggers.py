@@ -132,6 +132,9 @@ class _Logger(Sink):
     def close_interrupted(self) -> None:
         self.close("INTERRUPTED", {})
 
+    def close_failed(self, message: str) -> None:
+        self.close("FAILED", {})
+
     def close(self, status: str, info: dict[str, Any]) -> None:
         """End the record with the run's `status` and its `info`."""
         raise NotImplementedError
@@ -301,6 +304,9 @@ class WandbSink(_Logger):
         # everything logged, and ends the run when this process is gone
         # (`finish` would wait for it).
         return None
+
+    def close_failed(self, message: str) -> None:
+        return None  # as `close_interrupted`
 
     def where(self) -> str:
         run = self._runs.get(None)

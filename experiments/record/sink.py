@@ -46,6 +46,12 @@ class Sink(abc.ABC):
     def close_interrupted(self) -> None:
         """Mark the record INTERRUPTED now, for a process about to exit at once."""
 
+    def close_failed(self, message: str) -> None:
+        """Mark the record FAILED with `message` now, for a process about to exit
+        at once (another process of its run was lost while this one waited on
+        it). Nothing to do by default."""
+        return None
+
     def where(self) -> str:
         """Where the record is, for the run's last line."""
         return "not recorded"
@@ -128,6 +134,10 @@ class TeeSink(Sink):
     def close_interrupted(self) -> None:
         self.record.close_interrupted()
         self._each("close_interrupted")
+
+    def close_failed(self, message: str) -> None:
+        self.record.close_failed(message)
+        self._each("close_failed", message)
 
     def close(self, status: str) -> None:
         """End the copies with the run's `status` and `info` (the record ends

@@ -57,6 +57,12 @@ class SacredSink(Sink):
         return resume_command(self.run)
 
     def close_interrupted(self) -> None:
+        self._close_now({"status": "INTERRUPTED"})
+
+    def close_failed(self, message: str) -> None:
+        self._close_now({"status": "FAILED", "fail_trace": [message]})
+
+    def _close_now(self, fields: dict[str, Any]) -> None:
         """Sacred would leave the record RUNNING. Best effort: a record that
         cannot be written quickly stays as it is. The file record is replaced
         atomically (Sacred's heartbeat thread may be writing it); MongoDB gets
@@ -66,12 +72,11 @@ class SacredSink(Sink):
             with contextlib.suppress(Exception):
                 entry = observer.run_entry
                 if isinstance(observer, FileStorageObserver) and observer.dir:
-                    entry["status"], entry["stop_time"] = "INTERRUPTED", now.isoformat()
+                    entry.update(fields, stop_time=now.isoformat())
                     observer.save_json(entry, "run.json")  # atomic (_sacred)
                 elif isinstance(observer, MongoObserver):
                     observer.runs.update_one(
-                        {"_id": entry["_id"]},
-                        {"$set": {"status": "INTERRUPTED", "stop_time": now}},
+                        {"_id": entry["_id"]}, {"$set": {**fields, "stop_time": now}}
                     )
 
 
