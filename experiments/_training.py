@@ -335,11 +335,17 @@ def _train_job(
     def lost(what: str) -> None:
         # From the watch's thread, while the main thread may be blocked on a
         # collective that will never return: say what the main thread would
-        # have said, mark the record FAILED, and end the process.
-        error = failed(sink, runners.PeerLostError.of(what), written.last(), job.where)
-        print(f"{TrainingError.__module__}.TrainingError: {error}", file=sys.stderr)
-        sink.close_failed(str(error))
-        _interrupt.exit_now(1)
+        # have said, mark the record FAILED, and end the process (whatever
+        # the saying and marking raise: the watch's thread would swallow it,
+        # and the process would wait on).
+        try:
+            error = failed(
+                sink, runners.PeerLostError.of(what), written.last(), job.where
+            )
+            print(f"{TrainingError.__module__}.TrainingError: {error}", file=sys.stderr)
+            sink.close_failed(str(error))
+        finally:
+            _interrupt.exit_now(1)
 
     try:
         with stop, _distributed.watching(lost):
