@@ -7,6 +7,7 @@ observation fails with a readable message instead of a matmul shape error.
 """
 
 import abc
+import math
 from collections.abc import Callable, Sequence
 from typing import TypeVar, final
 
@@ -427,14 +428,35 @@ def make_torso(
     )
 
 
+# Taylor coefficients of cos(t) in t**2, for |t| <= pi / 2: the truncation
+# error is below (pi / 2)**14 / 14! < 1e-8, under float32's rounding.
+_COS_TAYLOR = tuple((-1.0) ** k / math.factorial(2 * k) for k in range(7))
+
+
 def cosine_embedding(
     fractions: Float[Array, " n"], size: int
 ) -> Float[Array, "n size"]:
     """IQN's embedding of quantile fractions `tau`: `cos(pi * i * tau)` for
     `i = 1..size` (Dabney et al., 2018, eq. 4; the `i = 0` term of the paper's
-    sum is a constant, which the layer's bias already gives)."""
+    sum is a constant, which the layer's bias already gives).
+
+    Computed as `cos(pi * y)` for `y = i * tau`, not by `jnp.cos`: `cos(pi y)`
+    has period 2 in `y`, so the argument reduces exactly (`y - 2 round(y/2)`,
+    no rounding of pi times a large number), and folds to `[0, pi/2]`, where a
+    degree-12 Taylor polynomial is exact to float32. On a CPU that is about 7x
+    faster than XLA's `cos` (which reduces any argument), and the cosines were
+    IQN's largest single cost (docs/tuning.md, iqn); it is also closer to the
+    true value (3e-6 against 1e-5 at the 32nd cosine, against float64)."""
     i = jnp.arange(1, size + 1, dtype=jnp.float32)
-    return jnp.cos(jnp.pi * fractions[:, None] * i[None, :])
+    y = fractions[:, None] * i[None, :]
+    a = jnp.abs(y - 2.0 * jnp.round(0.5 * y))  # cos(pi y) = cos(pi a), a in [0, 1]
+    flip = a > 0.5  # cos(pi a) = -cos(pi (1 - a))
+    t = jnp.pi * jnp.where(flip, 1.0 - a, a)
+    t2 = t * t
+    c = jnp.full_like(t2, _COS_TAYLOR[-1])
+    for coefficient in reversed(_COS_TAYLOR[:-1]):
+        c = c * t2 + coefficient
+    return jnp.where(flip, -c, c)
 
 
 @final
