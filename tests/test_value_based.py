@@ -87,6 +87,12 @@ def test_cosine_embedding_by_hand():
     np.testing.assert_allclose(phi[0], [1.0, 1.0, 1.0, 1.0], atol=1e-6)
     np.testing.assert_allclose(phi[1], [0.0, -1.0, 0.0, 1.0], atol=1e-6)
     np.testing.assert_allclose(phi[2], [0.5, -0.5, -1.0, -0.5], atol=1e-6)
+    # The exact period reduction and polynomial hold at large i * tau too.
+    tau = jr.uniform(jr.PRNGKey(0), (4096,))
+    phi = zoo.cosine_embedding(tau, 64)
+    i = np.arange(1, 65)
+    exact = np.cos(np.pi * np.asarray(tau, np.float64)[:, None] * i)
+    np.testing.assert_allclose(phi, exact, atol=1e-5)
 
 
 def test_quantile_huber_loss_at_given_fractions_by_hand():
